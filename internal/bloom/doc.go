@@ -1,0 +1,89 @@
+// Package bloom keeps windowed Bloom filters in Redis bitmaps and decides,
+// for a batch of element IDs, which are seen for the first time, in one
+// atomic Lua script call per batch (one per shard on a Redis Cluster).
+//
+// # Sizing
+//
+// A filter of m bits holding n elements, each setting k bits, answers
+// "seen" for an element never inserted with probability p. A classic
+// filter sets k independent bits: m = -n ln p / (ln 2)^2 and
+// k = round(m/n ln 2), p' = (1 - e^(-kn/m))^k (StandardSizing).
+//
+// This package does not place bits independently: every bit access in
+// Redis costs a BITFIELD sub-operation, and k = 20 of them per element at
+// p = 1e-6 is what makes naive Lua filters slow. Instead an element picks
+// Words words of 52 bits and sets BitsPerWord bits in each (a blocked
+// filter with several blocks). Testing and setting an element is then one
+// read and one write per word: 4 and 4 at p = 1e-6 instead of 20. Fewer
+// words cost memory, because words fill unevenly; BlockedFPR gives the
+// exact rate of a layout (a Poisson mixture over word loads), tests check
+// it against simulation and against Redis, and NewPlan picks the fewest
+// words whose memory stays within 15% of a classic filter's: at p = 1e-6,
+// 4 words of 4 bits at 32.9 bits per element against 28.8.
+//
+// # Positions
+//
+// MurmurHash3 x64 128 of the ID gives h1 and h2. The shard is taken from
+// h2; a splitmix64 stream seeded by h1 gives each word's index and its bit
+// positions. Words are 52 bits wide because a BITFIELD reply reaches Lua as
+// a double, exact to 2^53, and two 26-bit halves suit Lua's 32-bit bit
+// library. The mapping is pinned by golden tests: filters outlive deploys
+// and are shared by replicas of different versions. Every key carries a
+// layout tag derived from the layout, the shard size and count, the window
+// length and the replay horizon, so a configuration change starts new keys
+// instead of reading old bits the wrong way.
+//
+// # Windows
+//
+// Buckets are aligned to UTC: bucket b covers Unix seconds [bL, (b+1)L).
+// The bucket is chosen from the event time the caller passes. In Fixed mode
+// an element is tested and set in its bucket. In Rolling mode it is tested
+// in its bucket and the previous one and set in its own, so a copy whose
+// event time is up to one window after the first copy's is caught wherever
+// the boundary falls. Every key gets an absolute expiry in the script that
+// writes it (EXPIREAT NX, then GT so a TTL only grows): a bucket lives to
+// its end, plus one window in Rolling mode, plus Grace. Events whose bucket
+// has already expired are Late, and events further ahead of the clock than
+// MaxFutureSkew are Future; both are forwarded undeduplicated.
+//
+// # Shards and Redis Cluster
+//
+// A window larger than one Redis string (2^32 bits), or split on request
+// to spread a Cluster's load, is divided into shards. All keys of a shard
+// (its filter of every bucket and its decision records) carry the hash tag
+// {pipeline:shard}, so one script call touches one slot. On a single
+// server the whole batch is one call; on a Cluster there is one call per
+// shard, run concurrently.
+//
+// # Replay-safe decisions
+//
+// Marking an ID as seen before its event is safely forwarded turns a crash
+// into loss: the redelivered event would look like a duplicate. So each
+// call also records its decisions. Per shard and source partition a record
+// key holds a watermark (highest decided offset + 1) and a ring of
+// ReplayHorizon bits, bit o mod R holding the decision for offset o. In the
+// same atomic call, an element whose offset is below the watermark gets the
+// recorded decision (ReplayedFirstSeen or ReplayedDuplicate) and is neither
+// tested nor set; others are decided and recorded.
+//
+// The guarantee: the same source offset gets the same verdict every time,
+// whatever the batch boundaries and whichever replica asks, as long as
+//   - for each partition, offsets are asked in ascending order: a call
+//     holding offset o is made only after every earlier call holding lower
+//     offsets of that partition has returned (Kafka consumers do this);
+//   - the offset is within ReplayHorizon of the newest offset decided for
+//     its partition; older replays are ReplayUnknown and forwarded, since a
+//     copy passed is better than an event lost;
+//   - the record has not expired: it lives at least as long as any filter
+//     key written with it, and one more window;
+//   - Redis kept its data: after a restart without persistence both the
+//     filters and the records are empty, so replays are decided afresh
+//     against empty filters and forwarded; duplicates pass, nothing is lost;
+//   - the configuration that shapes keys is unchanged (see Positions).
+//
+// Inside the script every read comes first, then the records are written,
+// then the filters. A failed write therefore leaves either nothing, or
+// records without their filter bits, whose replays are still answered from
+// the record. The script is refused before it starts when Redis is out of
+// memory.
+package bloom

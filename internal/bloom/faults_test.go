@@ -1,0 +1,118 @@
+package bloom
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"dedupe-worker/internal/redisproc/redistest"
+)
+
+// Each fault must give a wrapped error and never a partial answer, and the
+// same batch sent again afterwards must give the decisions a fault-free run
+// gives.
+func TestFaultsThenRetry(t *testing.T) {
+	es := stream(3000, 3, 5, t0)
+	// The reference: a fault-free run.
+	ref := func() []Verdict {
+		c := redistest.Client(t, redistest.Server(t))
+		f, _ := newFilter(t, c, 10_000, 1e-6, nil)
+		return runBatches(t, f, es, 500)
+	}()
+
+	srv := redistest.Server(t, "--appendonly", "yes", "--appendfsync", "always")
+	c := redistest.Client(t, srv)
+	f, _ := newFilter(t, c, 10_000, 1e-6, func(cfg *Config) { cfg.CallTimeout = 300 * time.Millisecond })
+	ctx := context.Background()
+	var got []Verdict
+	batch := func(i int) []Element { return es[i*500 : (i+1)*500] }
+	mustFail := func(what string, i int) {
+		t.Helper()
+		v, err := f.TestAndSet(ctx, batch(i))
+		if err == nil || !errors.Is(err, ErrRedis) || v != nil {
+			t.Fatalf("%s: verdicts %v, error %v; want ErrRedis and no verdicts", what, v, err)
+		}
+		t.Logf("%s: %v", what, err)
+	}
+	retry := func(i int) {
+		t.Helper()
+		v, err := f.TestAndSet(ctx, batch(i))
+		if err != nil {
+			t.Fatalf("retry of batch %d: %v", i, err)
+		}
+		for k := range v {
+			// A retry of a batch the failed call applied sees replays.
+			if v[k] == ReplayedFirstSeen {
+				v[k] = FirstSeen
+			} else if v[k] == ReplayedDuplicate {
+				v[k] = Duplicate
+			}
+		}
+		got = append(got, v...)
+	}
+
+	// 0: nothing wrong.
+	retry(0)
+
+	// 1: the script cache is gone (as after a restart): EVALSHA gets NOSCRIPT
+	// and falls back to EVAL without an error.
+	c.ScriptFlush(ctx)
+	retry(1)
+
+	// 2: Redis stalls (SIGSTOP): the call times out; after SIGCONT the
+	// stalled call may have run, and the retry must agree either way.
+	srv.Pause()
+	start := time.Now()
+	mustFail("stalled server", 2)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("stalled call returned after %v, call timeout is 300ms", d)
+	}
+	srv.Resume()
+	time.Sleep(50 * time.Millisecond)
+	retry(2)
+
+	// 3: out of memory: refused before anything is written.
+	c.ConfigSet(ctx, "maxmemory", "1")
+	v, err := f.TestAndSet(ctx, batch(3))
+	if err == nil || !strings.Contains(err.Error(), "OOM") || v != nil {
+		t.Fatalf("over maxmemory: %v, %v", v, err)
+	}
+	c.ConfigSet(ctx, "maxmemory", "0")
+	retry(3)
+
+	// 4: the server is down, then restarts from its append-only file.
+	srv.Stop()
+	mustFail("server down", 4)
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	retry(4)
+
+	// 5: the server is killed right after a batch: the append-only file with
+	// fsync always has it, so replaying it gives its decisions back.
+	retry(5)
+	srv.Kill()
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v, err = f.TestAndSet(ctx, batch(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, x := range v {
+		if x != replayOf(got[5*500+k]) {
+			t.Fatalf("after a restart, element %d of batch 5: %v, first decided %v", k, x, got[5*500+k])
+		}
+	}
+
+	if !same(got, ref) {
+		for i := range got {
+			if got[i] != ref[i] {
+				t.Fatalf("element %d (%v): %v after faults, %v without", i, es[i].Source, got[i], ref[i])
+			}
+		}
+	}
+	assertAllKeysExpire(t, c)
+}

@@ -1,0 +1,253 @@
+package bloom
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"regexp"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed testandset.lua
+var testAndSetLua string
+
+var testAndSetScript = redis.NewScript(testAndSetLua)
+
+// Errors callers test with errors.Is.
+var (
+	// ErrInvalidConfig wraps every configuration error of New.
+	ErrInvalidConfig = errors.New("invalid filter configuration")
+	// ErrInvalidElement wraps errors about the elements passed in; nothing
+	// was sent to Redis.
+	ErrInvalidElement = errors.New("invalid element")
+	// ErrRedis wraps failures of a Redis call. The batch may or may not have
+	// been applied; calling again with the same elements is safe and returns
+	// the decisions of the first application.
+	ErrRedis = errors.New("redis call failed")
+)
+
+// Source is where an element was read: a Kafka topic, partition and offset.
+type Source struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+func (s Source) String() string { return fmt.Sprintf("%s/%d/%d", s.Topic, s.Partition, s.Offset) }
+
+// MaxOffset is the largest source offset accepted: Lua numbers are exact to
+// 2^53, and offsets are kept with room to spare.
+const MaxOffset = 1<<52 - 1
+
+// Element is one event to deduplicate.
+type Element struct {
+	// ID identifies the event; copies of an event share it. Any bytes, not
+	// empty.
+	ID []byte
+	// Time is the event time; it chooses the window bucket.
+	Time time.Time
+	// Source is unique per event read; replays of it get the same verdict.
+	Source Source
+}
+
+// Verdict is the decision on one element.
+type Verdict uint8
+
+const (
+	// FirstSeen: not seen before in the window; forward it.
+	FirstSeen Verdict = iota + 1
+	// Duplicate: seen before in the window; drop it.
+	Duplicate
+	// ReplayedFirstSeen: this source offset was decided FirstSeen before;
+	// forward it again.
+	ReplayedFirstSeen
+	// ReplayedDuplicate: this source offset was decided Duplicate before.
+	ReplayedDuplicate
+	// ReplayUnknown: this source offset was decided before, further back
+	// than the decision record reaches; forwarded, as losing it would be
+	// worse than passing a copy.
+	ReplayUnknown
+	// Late: the event's bucket has expired; forwarded without deduplication.
+	Late
+	// Future: the event time is further ahead of the clock than
+	// Config.MaxFutureSkew; forwarded without deduplication, no key written.
+	Future
+)
+
+var verdictNames = [...]string{"invalid", "first_seen", "duplicate", "replayed_first_seen", "replayed_duplicate", "replay_unknown", "late", "future"}
+
+func (v Verdict) String() string {
+	if int(v) < len(verdictNames) {
+		return verdictNames[v]
+	}
+	return verdictNames[0]
+}
+
+// Forward reports whether the element is to be passed on.
+func (v Verdict) Forward() bool { return v != Duplicate && v != ReplayedDuplicate }
+
+// Config configures a Filter.
+type Config struct {
+	// Pipeline namespaces the keys: letters, digits, '.', '_' and '-'.
+	Pipeline string
+	// KeyPrefix starts every key. Default: "dedupe".
+	KeyPrefix string
+	// Plan is the filter sizing, from NewPlan.
+	Plan Plan
+	// Windows chooses buckets from event times.
+	Windows Windows
+	// MaxFutureSkew: events further ahead of the clock are not filtered
+	// (verdict Future). Default: one window length.
+	MaxFutureSkew time.Duration
+	// ReplayHorizon is how many offsets back per partition the decision
+	// record reaches. It must exceed the offsets a consumer can have decided
+	// but not committed. Changing it starts new filters. Default: 262144.
+	ReplayHorizon int64
+	// CallTimeout bounds each Redis call. Default: 5s.
+	CallTimeout time.Duration
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+}
+
+var pipelineName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+
+func (c *Config) setDefaults() {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = "dedupe"
+	}
+	if c.MaxFutureSkew == 0 {
+		c.MaxFutureSkew = c.Windows.Length
+	}
+	if c.ReplayHorizon == 0 {
+		c.ReplayHorizon = 1 << 18
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = 5 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+func (c *Config) validate() error {
+	if !pipelineName.MatchString(c.Pipeline) {
+		return fmt.Errorf("pipeline name %q: want 1 to 100 letters, digits, '.', '_' or '-'", c.Pipeline)
+	}
+	if !pipelineName.MatchString(c.KeyPrefix) {
+		return fmt.Errorf("key prefix %q: want 1 to 100 letters, digits, '.', '_' or '-'", c.KeyPrefix)
+	}
+	if c.Plan.Shards < 1 || c.Plan.ShardBits < WordBits || c.Plan.ShardBits%WordBits != 0 || c.Plan.ShardBits > MaxKeyBits ||
+		c.Plan.Layout.Words < 1 || c.Plan.Layout.Words > MaxWords || c.Plan.Layout.BitsPerWord < 1 || c.Plan.Layout.BitsPerWord > WordBits {
+		return fmt.Errorf("plan %+v is not one NewPlan makes", c.Plan)
+	}
+	if err := c.Windows.validate(); err != nil {
+		return err
+	}
+	if c.MaxFutureSkew < 0 {
+		return fmt.Errorf("max future skew is %v, want 0 or more", c.MaxFutureSkew)
+	}
+	if c.ReplayHorizon < 1024 || c.ReplayHorizon > 1<<30 || c.ReplayHorizon%64 != 0 {
+		return fmt.Errorf("replay horizon is %d, want a multiple of 64 from 1024 to 2^30", c.ReplayHorizon)
+	}
+	if c.CallTimeout < time.Millisecond {
+		return fmt.Errorf("call timeout is %v, want at least 1ms", c.CallTimeout)
+	}
+	return nil
+}
+
+// Filter is a set of windowed Bloom filters in Redis, shared by every
+// replica configured alike. It is safe for concurrent use.
+type Filter struct {
+	cfg     Config
+	plan    Plan
+	client  redis.UniversalClient
+	cluster bool
+	// tag names the layout in every key: a change of anything that moves
+	// bits or decisions gives new keys instead of corrupting live ones.
+	tag string
+}
+
+// New returns a Filter over client, a *redis.Client for one server or a
+// *redis.ClusterClient for a Cluster. Give the client
+// ContextTimeoutEnabled so deadlines reach the socket.
+func New(client redis.UniversalClient, cfg Config) (*Filter, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	_, cluster := client.(*redis.ClusterClient)
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%d/%d/%d/%d/%d/%d", cfg.Plan.Layout.Words, cfg.Plan.Layout.BitsPerWord,
+		cfg.Plan.ShardBits, cfg.Plan.Shards, cfg.Windows.seconds(), cfg.ReplayHorizon)
+	return &Filter{
+		cfg:     cfg,
+		plan:    cfg.Plan,
+		client:  client,
+		cluster: cluster,
+		tag:     fmt.Sprintf("v1-%08x", h.Sum32()),
+	}, nil
+}
+
+// Plan returns the filter's sizing.
+func (f *Filter) Plan() Plan { return f.plan }
+
+// Tag returns the layout tag that every key of this filter carries.
+func (f *Filter) Tag() string { return f.tag }
+
+func (f *Filter) slot(shard int) string {
+	return fmt.Sprintf("%s:{%s:%d}:%s", f.cfg.KeyPrefix, f.cfg.Pipeline, shard, f.tag)
+}
+
+// FilterKey is the key of one shard of bucket b.
+func (f *Filter) FilterKey(shard int, b int64) string {
+	return fmt.Sprintf("%s:f:%d", f.slot(shard), b)
+}
+
+// RecordKey is the key of the decision record of one shard and partition.
+func (f *Filter) RecordKey(shard int, topic string, partition int32) string {
+	return fmt.Sprintf("%s:r:%s:%d", f.slot(shard), topic, partition)
+}
+
+func (f *Filter) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, f.cfg.CallTimeout)
+}
+
+// Preallocate creates the keys of the bucket of t at full size with their
+// TTL, unless they exist. Growing a string of hundreds of megabytes stalls
+// Redis; doing it ahead of the bucket's first event keeps the stall off the
+// hot path, and a key made in one piece takes no more memory than its size
+// class. Each shard's key is sent as a zero-filled value.
+func (f *Filter) Preallocate(ctx context.Context, t time.Time) error {
+	b := f.cfg.Windows.Bucket(t)
+	exp := time.Unix(f.cfg.Windows.ExpireAt(b), 0)
+	if !exp.After(f.cfg.Now()) {
+		return nil
+	}
+	var zeros []byte
+	for s := 0; s < f.plan.Shards; s++ {
+		key := f.FilterKey(s, b)
+		cctx, cancel := f.callCtx(ctx)
+		n, err := f.client.Exists(cctx, key).Result()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w: checking %s: %w", ErrRedis, key, err)
+		}
+		if n == 1 {
+			continue
+		}
+		if zeros == nil {
+			zeros = make([]byte, f.plan.ShardBits/8)
+		}
+		cctx, cancel = f.callCtx(ctx)
+		err = f.client.SetArgs(cctx, key, zeros, redis.SetArgs{Mode: "NX", ExpireAt: exp}).Err()
+		cancel()
+		if err != nil && err != redis.Nil {
+			return fmt.Errorf("%w: preallocating %s: %w", ErrRedis, key, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+package bloom
+
+import (
+	"math/bits"
+
+	"github.com/spaolacci/murmur3"
+)
+
+// location is where one element lives: its shard, and in that shard's
+// bitmap the bit offset of each of its words with the bits to set there,
+// split into the high and low 26 bits of the 52-bit word value.
+type location struct {
+	shard  int
+	word   [MaxWords]uint64 // bit offset of the word in the shard
+	hi, lo [MaxWords]uint32
+}
+
+// golden is the splitmix64 increment (2^64 / φ).
+const golden = 0x9e3779b97f4a7c15
+
+// splitmix64 advances *s and returns the next output of the splitmix64
+// generator (Steele, Lea and Flood), a bijective mixer of good quality.
+func splitmix64(s *uint64) uint64 {
+	*s += golden
+	z := *s
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// reduce maps x uniformly onto [0, n) by the high word of x*n.
+func reduce(x, n uint64) uint64 {
+	hi, _ := bits.Mul64(x, n)
+	return hi
+}
+
+// locate computes the location of id. This mapping is stored in Redis for
+// as long as a window lives and is shared by replicas of different
+// versions: it must never change (golden tests pin it). A new mapping needs
+// a new layout version, which gives new key names.
+//
+// h1, h2 = MurmurHash3 x64 128 (seed 0) of id. The shard is reduce(h2,
+// shards). A splitmix64 stream seeded with h1 then yields, per word, one
+// output for the word index (reduce(out, words per shard)) and one or more
+// outputs whose 16-bit pieces, reduced onto [0, 52), give distinct bit
+// positions; position i is value bit 51-i of the word, because BITFIELD
+// reads the first bit of a field as its most significant.
+func (f *Filter) locate(id []byte, loc *location) {
+	h1, h2 := murmur3.Sum128(id)
+	loc.shard = int(reduce(h2, uint64(f.plan.Shards)))
+	nwords := f.plan.ShardBits / WordBits
+	s := h1
+	for j := 0; j < f.plan.Layout.Words; j++ {
+		loc.word[j] = reduce(splitmix64(&s), nwords) * WordBits
+		var mask uint64
+		set := 0
+		for set < f.plan.Layout.BitsPerWord {
+			r := splitmix64(&s)
+			for piece := 0; piece < 4 && set < f.plan.Layout.BitsPerWord; piece++ {
+				pos := (r >> (16 * piece) & 0xffff) * WordBits >> 16
+				bit := uint64(1) << (WordBits - 1 - pos)
+				if mask&bit == 0 {
+					mask |= bit
+					set++
+				}
+			}
+		}
+		loc.hi[j] = uint32(mask >> 26)
+		loc.lo[j] = uint32(mask & (1<<26 - 1))
+	}
+}

@@ -1,0 +1,237 @@
+package bloom
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// WordBits is the width of one filter word. A BITFIELD reply reaches Lua as
+// a double, which holds integers exactly up to 2^53; 52 bits split evenly
+// into two 26-bit halves for Lua's 32-bit bit library.
+const WordBits = 52
+
+// MaxKeyBits is the largest bitmap one Redis string can hold (512 MiB).
+const MaxKeyBits = 1 << 32
+
+// Standard is the sizing of a classic Bloom filter: every element sets Hashes
+// independent bits anywhere in Bits.
+type Standard struct {
+	Bits   uint64
+	Hashes int
+	// FPR is the false-positive rate achieved after rounding Hashes.
+	FPR float64
+}
+
+// StandardSizing gives the classic optimum for n elements at rate p:
+// m = -n ln p / (ln 2)^2, k = round(m/n ln 2).
+func StandardSizing(n int64, p float64) Standard {
+	m := math.Ceil(-float64(n) * math.Log(p) / (math.Ln2 * math.Ln2))
+	k := max(1, int(math.Round(m/float64(n)*math.Ln2)))
+	return Standard{Bits: uint64(m), Hashes: k, FPR: StandardFPR(m/float64(n), k)}
+}
+
+// StandardFPR is (1 - e^(-k n/m))^k for a classic filter with bitsPerElement
+// = m/n.
+func StandardFPR(bitsPerElement float64, k int) float64 {
+	return math.Pow(-math.Expm1(-float64(k)/bitsPerElement), float64(k))
+}
+
+// Layout is how one element's bits are placed: Words words of WordBits bits,
+// chosen independently, with BitsPerWord distinct bits set in each. An
+// element sets Words*BitsPerWord bits in all.
+type Layout struct {
+	Words       int
+	BitsPerWord int
+}
+
+// Hashes is the number of bits one element sets.
+func (l Layout) Hashes() int { return l.Words * l.BitsPerWord }
+
+// MaxWords bounds Layout.Words: every word costs one read and one write in
+// Redis per element, so layouts that need more are not worth their cost.
+const MaxWords = 8
+
+// BlockedFPR is the false-positive rate of layout l at bitsPerElement = m/n.
+//
+// A query word holds j elements' patterns, j ~ Poisson(λ) with
+// λ = Words*WordBits/bitsPerElement. Given j, the chance that all b bits of
+// a random b-bit pattern are set is, by inclusion-exclusion,
+// Σ_i (-1)^i C(b,i) (C(B-i,b)/C(B,b))^j. The Words words are independent,
+// so the rate is that expectation raised to the power Words.
+func BlockedFPR(bitsPerElement float64, l Layout) float64 {
+	const B = WordBits
+	b := l.BitsPerWord
+	lambda := float64(l.Words) * B / bitsPerElement
+	// q[i] = C(B-i,b)/C(B,b): the chance a pattern avoids i given bits.
+	q := make([]float64, b+1)
+	coef := make([]float64, b+1)
+	for i := 0; i <= b; i++ {
+		q[i] = math.Exp(lnChoose(B-i, b) - lnChoose(B, b))
+		coef[i] = math.Exp(lnChoose(b, i))
+		if i%2 == 1 {
+			coef[i] = -coef[i]
+		}
+	}
+	jmax := int(lambda + 12*math.Sqrt(lambda) + 30)
+	var word float64
+	lnp := -lambda // ln P(j=0)
+	for j := 0; j <= jmax; j++ {
+		if j > 0 {
+			lnp += math.Log(lambda / float64(j))
+		}
+		var f float64
+		for i := 0; i <= b; i++ {
+			f += coef[i] * math.Pow(q[i], float64(j))
+		}
+		word += math.Exp(lnp) * max(f, 0)
+	}
+	return math.Pow(word, float64(l.Words))
+}
+
+func lnChoose(n, k int) float64 {
+	a, _ := math.Lgamma(float64(n + 1))
+	b, _ := math.Lgamma(float64(k + 1))
+	c, _ := math.Lgamma(float64(n - k + 1))
+	return a - b - c
+}
+
+// bitsNeeded is the smallest bits per element at which layout l reaches p.
+func bitsNeeded(l Layout, p float64) float64 {
+	lo, hi := 1.0, 4096.0
+	if BlockedFPR(hi, l) > p {
+		return math.Inf(1)
+	}
+	for hi-lo > 1e-3 {
+		mid := (lo + hi) / 2
+		if BlockedFPR(mid, l) <= p {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
+}
+
+// memorySlack is how much more memory than a classic filter the planner
+// accepts to save one word (one Redis read and write) per element.
+const memorySlack = 1.15
+
+// ChooseLayout picks the layout for target rate p: the fewest words whose
+// memory is within 15% of a classic filter's, with the bits per word that
+// need the least memory.
+func ChooseLayout(p float64) (Layout, float64) {
+	std := -math.Log(p) / (math.Ln2 * math.Ln2)
+	var best Layout
+	bestBits := math.Inf(1)
+	for w := 1; w <= MaxWords; w++ {
+		wl, wBits := Layout{}, math.Inf(1)
+		for b := 1; b <= 16; b++ {
+			l := Layout{Words: w, BitsPerWord: b}
+			if c := bitsNeeded(l, p); c < wBits {
+				wl, wBits = l, c
+			}
+		}
+		if wBits < bestBits {
+			best, bestBits = wl, wBits
+		}
+		if wBits <= std*memorySlack {
+			return wl, wBits
+		}
+	}
+	return best, bestBits
+}
+
+// ErrInvalidPlan is wrapped by every sizing error.
+var ErrInvalidPlan = errors.New("invalid filter plan")
+
+// PlanOptions are the limits a plan is made within.
+type PlanOptions struct {
+	// MinShards is the least number of shards (keys) per window; more spread
+	// a window over the masters of a Redis Cluster. Default: 1.
+	MinShards int
+	// MaxMemory caps the bytes of one window's filter, 0 for no cap.
+	MaxMemory uint64
+}
+
+// Plan is the sizing of one window's filter.
+type Plan struct {
+	Elements  int64   // n: distinct elements expected per window
+	TargetFPR float64 // p: the rate asked for
+	Layout    Layout
+	Shards    int
+	// ShardBits is the bit count of each shard, a multiple of WordBits. It is
+	// rounded up to fill the allocator size class the shard occupies anyway.
+	ShardBits uint64
+	// AchievedFPR is the rate of this layout at ShardBits*Shards/Elements.
+	AchievedFPR float64
+	// Memory is the bytes Redis allocates for one window's shards.
+	Memory uint64
+	// Standard is a classic filter for the same n and p, for comparison.
+	Standard Standard
+}
+
+// Bits is the filter size m over all shards.
+func (p Plan) Bits() uint64 { return p.ShardBits * uint64(p.Shards) }
+
+// BitsPerElement is m/n.
+func (p Plan) BitsPerElement() float64 { return float64(p.Bits()) / float64(p.Elements) }
+
+// NewPlan sizes a window filter for n distinct elements at rate p.
+func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
+	if n <= 0 || n > 1e12 {
+		return Plan{}, fmt.Errorf("%w: expected elements per window is %d, want 1 to 1e12", ErrInvalidPlan, n)
+	}
+	if !(p > 0 && p < 1) || p < 1e-12 {
+		return Plan{}, fmt.Errorf("%w: false-positive rate is %g, want greater than 1e-12 and less than 1", ErrInvalidPlan, p)
+	}
+	minShards := opt.MinShards
+	if minShards == 0 {
+		minShards = 1
+	}
+	if minShards < 0 || minShards > 1024 {
+		return Plan{}, fmt.Errorf("%w: shards is %d, want 1 to 1024", ErrInvalidPlan, minShards)
+	}
+	layout, perElem := ChooseLayout(p)
+	need := uint64(math.Ceil(perElem * float64(n)))
+	// A shard must fit one Redis string; beyond that the allocator rounding
+	// is irrelevant, so only the shard count is searched.
+	lo := max(minShards, int((need+MaxKeyBits/2-1)/(MaxKeyBits/2)))
+	best := Plan{}
+	for s := lo; s < lo+8; s++ {
+		perShard := (need + uint64(s) - 1) / uint64(s)
+		class := allocClass(perShard/8 + shardOverhead)
+		shardBits := min((class-shardOverhead)*8, MaxKeyBits) / WordBits * WordBits
+		mem := class * uint64(s)
+		if best.Shards == 0 || mem < best.Memory {
+			best = Plan{Shards: s, ShardBits: shardBits, Memory: mem}
+		}
+	}
+	best.Elements, best.TargetFPR, best.Layout = n, p, layout
+	best.AchievedFPR = BlockedFPR(best.BitsPerElement(), layout)
+	best.Standard = StandardSizing(n, p)
+	if opt.MaxMemory > 0 && best.Memory > opt.MaxMemory {
+		return Plan{}, fmt.Errorf("%w: one window needs %d bytes for %d elements at rate %g, more than the %d bytes allowed; lower the expected elements or raise the rate",
+			ErrInvalidPlan, best.Memory, n, p, opt.MaxMemory)
+	}
+	return best, nil
+}
+
+// shardOverhead is the bytes beside the bitmap in one allocation: the sds
+// header and terminator, with room to spare.
+const shardOverhead = 64
+
+// allocClass is the size jemalloc (Redis's default allocator) hands out for
+// a request of size bytes: above 16 KiB its classes are spaced at a quarter
+// of the enclosing power of two. Filling the class costs no memory and
+// lowers the false-positive rate.
+func allocClass(size uint64) uint64 {
+	if size <= 16<<10 {
+		return (size + 15) &^ 15
+	}
+	// Classes in (2^k, 2^(k+1)] are 2^k + i*2^(k-2), i = 1..4.
+	k := 63 - bits.LeadingZeros64(size-1)
+	step := uint64(1) << (k - 2)
+	return (size + step - 1) / step * step
+}

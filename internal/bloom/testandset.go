@@ -1,0 +1,280 @@
+package bloom
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/tinylib/msgp/msgp"
+	"golang.org/x/sync/errgroup"
+)
+
+// TestAndSet decides for each element whether it is seen for the first time
+// in its window, and marks it seen, in one atomic Lua script call per batch
+// (one per shard on a Cluster, run concurrently). The verdicts are in the
+// order of elems.
+//
+// Decisions are replay-safe: an element whose Source was decided before
+// (within Config.ReplayHorizon offsets of the newest offset decided for its
+// partition) gets the verdict it got then, whatever the batch boundaries.
+// For each partition, call with offsets in ascending order across calls:
+// wait for a call to return before sending later offsets of its partitions.
+//
+// On error no verdicts are returned. The batch may have been applied in
+// part or in full; calling again with the same elements returns the
+// decisions that were recorded. Cancelling ctx abandons the calls in flight.
+// Safe for concurrent use.
+func (f *Filter) TestAndSet(ctx context.Context, elems []Element) ([]Verdict, error) {
+	if len(elems) == 0 {
+		return nil, nil
+	}
+	b := getBatch()
+	defer putBatch(b)
+	if err := f.prepare(b, elems); err != nil {
+		return nil, err
+	}
+	out := make([]Verdict, len(elems))
+	if !f.cluster || f.plan.Shards == 1 {
+		if err := f.run(ctx, b, b.order, out); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	// One call per shard; b.order is sorted by shard first.
+	g, gctx := errgroup.WithContext(ctx)
+	for lo := 0; lo < len(b.order); {
+		hi := lo
+		shard := b.items[b.order[lo]].loc.shard
+		for hi < len(b.order) && b.items[b.order[hi]].loc.shard == shard {
+			hi++
+		}
+		part := b.order[lo:hi]
+		g.Go(func() error {
+			sb := getBatch()
+			defer putBatch(sb)
+			sb.items = b.items
+			return f.run(gctx, sb, part, out)
+		})
+		lo = hi
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// item is one element with everything derived from it.
+type item struct {
+	loc      location
+	bucket   int64
+	filtered bool
+	unfilt   Verdict // Late or Future when not filtered
+	src      *Source
+}
+
+// batch holds the reusable buffers of one call.
+type batch struct {
+	items   []item
+	order   []int
+	keys    []string
+	keyIdx  map[string]int
+	parts   []byte
+	els     []byte
+	words   []byte
+	buckets []byte
+	scratch []byte
+	bgroups []bucketGroup
+}
+
+type bucketGroup struct {
+	shard  int
+	bucket int64
+}
+
+var batchPool = sync.Pool{New: func() any { return &batch{keyIdx: map[string]int{}} }}
+
+func getBatch() *batch { return batchPool.Get().(*batch) }
+
+func putBatch(b *batch) {
+	b.items = nil
+	clear(b.keyIdx)
+	batchPool.Put(b)
+}
+
+// prepare validates elems, hashes them and sorts them into call order:
+// shard, topic, partition, offset.
+func (f *Filter) prepare(b *batch, elems []Element) error {
+	now := f.cfg.Now()
+	w := f.cfg.Windows
+	futureLimit := w.Bucket(now.Add(f.cfg.MaxFutureSkew))
+	nowUnix := now.Unix()
+	b.items = slices.Grow(b.items[:0], len(elems))[:len(elems)]
+	b.order = slices.Grow(b.order[:0], len(elems))[:len(elems)]
+	for i := range elems {
+		e := &elems[i]
+		if len(e.ID) == 0 {
+			return fmt.Errorf("%w: element %d (%v) has an empty ID", ErrInvalidElement, i, e.Source)
+		}
+		if e.Time.IsZero() {
+			return fmt.Errorf("%w: element %d (%v) has no event time", ErrInvalidElement, i, e.Source)
+		}
+		if e.Source.Topic == "" || e.Source.Partition < 0 || e.Source.Offset < 0 || e.Source.Offset > MaxOffset {
+			return fmt.Errorf("%w: element %d has source %v, want a topic, a partition >= 0 and an offset from 0 to 2^52-1", ErrInvalidElement, i, e.Source)
+		}
+		it := &b.items[i]
+		it.src = &e.Source
+		it.bucket = w.Bucket(e.Time)
+		switch {
+		case it.bucket > futureLimit:
+			it.filtered, it.unfilt = false, Future
+		case w.ExpireAt(it.bucket) <= nowUnix:
+			it.filtered, it.unfilt = false, Late
+		default:
+			it.filtered = true
+		}
+		f.locate(e.ID, &it.loc)
+		b.order[i] = i
+	}
+	slices.SortFunc(b.order, func(x, y int) int {
+		a, c := &b.items[x], &b.items[y]
+		return cmp.Or(cmp.Compare(a.loc.shard, c.loc.shard), cmp.Compare(a.src.Topic, c.src.Topic),
+			cmp.Compare(a.src.Partition, c.src.Partition), cmp.Compare(a.src.Offset, c.src.Offset))
+	})
+	for k := 1; k < len(b.order); k++ {
+		if *b.items[b.order[k]].src == *b.items[b.order[k-1]].src {
+			return fmt.Errorf("%w: source %v appears twice in the batch", ErrInvalidElement, *b.items[b.order[k]].src)
+		}
+	}
+	return nil
+}
+
+func (b *batch) key(k string) int {
+	if i, ok := b.keyIdx[k]; ok {
+		return i
+	}
+	b.keys = append(b.keys, k)
+	b.keyIdx[k] = len(b.keys)
+	return len(b.keys)
+}
+
+// run makes one script call for the items in order (sorted by shard,
+// topic, partition, offset) and writes their verdicts into out.
+func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) error {
+	W := f.plan.Layout.Words
+	w := f.cfg.Windows
+	b.keys = b.keys[:0]
+	clear(b.keyIdx)
+
+	// Bucket groups, ascending by bucket so that a bucket's writes are seen
+	// by the next bucket's test of its previous one.
+	b.bgroups = b.bgroups[:0]
+	for _, i := range order {
+		it := &b.items[i]
+		if it.filtered {
+			g := bucketGroup{it.loc.shard, it.bucket}
+			if !slices.Contains(b.bgroups, g) {
+				b.bgroups = append(b.bgroups, g)
+			}
+		}
+	}
+	slices.SortFunc(b.bgroups, func(x, y bucketGroup) int {
+		return cmp.Or(cmp.Compare(x.bucket, y.bucket), cmp.Compare(x.shard, y.shard))
+	})
+	lastByte := strconv.FormatUint(f.plan.ShardBits-8, 10)
+	recordExpire := f.cfg.Now().Unix() + int64((w.Retention()+w.Length)/1e9)
+	b.buckets = msgp.AppendArrayHeader(b.buckets[:0], uint32(4*len(b.bgroups)))
+	for _, g := range b.bgroups {
+		prev := 0
+		if w.Mode == Rolling {
+			prev = b.key(f.FilterKey(g.shard, g.bucket-1))
+		}
+		b.buckets = msgp.AppendInt(b.buckets, b.key(f.FilterKey(g.shard, g.bucket)))
+		b.buckets = msgp.AppendInt(b.buckets, prev)
+		b.buckets = msgp.AppendString(b.buckets, strconv.FormatInt(w.ExpireAt(g.bucket), 10))
+		b.buckets = msgp.AppendString(b.buckets, lastByte)
+		recordExpire = max(recordExpire, w.ExpireAt(g.bucket))
+	}
+
+	// Partition groups, elements and word offsets.
+	nparts := 0
+	b.scratch = b.scratch[:0]
+	nfiltered := 0
+	for k := 0; k < len(order); {
+		first := b.items[order[k]]
+		n := 0
+		for k+n < len(order) {
+			it := &b.items[order[k+n]]
+			if it.loc.shard != first.loc.shard || it.src.Topic != first.src.Topic || it.src.Partition != first.src.Partition {
+				break
+			}
+			if it.filtered {
+				nfiltered++
+			}
+			n++
+		}
+		b.scratch = msgp.AppendInt(b.scratch, b.key(f.RecordKey(first.loc.shard, first.src.Topic, first.src.Partition)))
+		b.scratch = msgp.AppendInt(b.scratch, n)
+		nparts++
+		k += n
+	}
+	b.parts = msgp.AppendArrayHeader(b.parts[:0], uint32(2*nparts))
+	b.parts = append(b.parts, b.scratch...)
+
+	b.els = msgp.AppendArrayHeader(b.els[:0], uint32(len(order)*(2+2*W)))
+	b.words = msgp.AppendArrayHeader(b.words[:0], uint32(nfiltered*W))
+	var num [20]byte
+	for _, i := range order {
+		it := &b.items[i]
+		b.els = msgp.AppendInt64(b.els, it.src.Offset)
+		g := 0
+		if it.filtered {
+			g = slices.Index(b.bgroups, bucketGroup{it.loc.shard, it.bucket}) + 1
+		}
+		b.els = msgp.AppendInt(b.els, g)
+		for j := 0; j < W; j++ {
+			if it.filtered {
+				b.els = msgp.AppendUint32(b.els, it.loc.hi[j])
+				b.els = msgp.AppendUint32(b.els, it.loc.lo[j])
+				b.words = msgp.AppendStringFromBytes(b.words, strconv.AppendUint(num[:0], it.loc.word[j], 10))
+			} else {
+				b.els = msgp.AppendUint32(b.els, 0)
+				b.els = msgp.AppendUint32(b.els, 0)
+			}
+		}
+	}
+
+	cctx, cancel := f.callCtx(ctx)
+	defer cancel()
+	res, err := testAndSetScript.Run(cctx, f.client, b.keys,
+		f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, W, b.buckets).Text()
+	if err != nil {
+		return fmt.Errorf("%w: test-and-set of %d elements on shard %d: %w", ErrRedis, len(order), b.items[order[0]].loc.shard, err)
+	}
+	if len(res) != len(order) {
+		return fmt.Errorf("%w: test-and-set returned %d verdicts for %d elements", ErrRedis, len(res), len(order))
+	}
+	for k, i := range order {
+		var v Verdict
+		switch res[k] {
+		case 'N':
+			v = FirstSeen
+		case 'D':
+			v = Duplicate
+		case 'U':
+			v = b.items[i].unfilt
+		case 'n':
+			v = ReplayedFirstSeen
+		case 'd':
+			v = ReplayedDuplicate
+		case 'u':
+			v = ReplayUnknown
+		default:
+			return fmt.Errorf("%w: test-and-set returned verdict %q", ErrRedis, res[k])
+		}
+		out[i] = v
+	}
+	return nil
+}

@@ -1,0 +1,287 @@
+#!lua
+-- One atomic, replay-safe test-and-set of a batch of elements.
+--
+-- KEYS: decision-record keys (one per shard and source partition) and
+-- window filter keys (one per shard and bucket), addressed by index below.
+-- ARGV[1] ring size R in bits; offset o's decision is bit 64 + o % R of its
+--         record, and bits 0..62 hold the watermark: highest offset + 1.
+-- ARGV[2] Unix time the decision records must live until, at the least.
+-- ARGV[3] msgpack [recordKeyIndex, count, ...]: the partition groups, in
+--         element order; offsets ascend inside a group.
+-- ARGV[4] msgpack numbers, per element: offset, bucket group (0: not to be
+--         filtered), then per word the high and low 26 bits of its mask.
+-- ARGV[5] msgpack strings: per filtered element, the bit offset of each word.
+-- ARGV[6] words per element.
+-- ARGV[7] msgpack per bucket group, in ascending bucket order: filter key
+--         index, previous bucket's key index (0: none), expiry (Unix time),
+--         bit offset of the key's last byte.
+-- Returns one character per element: N new, D duplicate, U new and not
+-- filtered, n/d a replay decided new/duplicate before, u a replay older
+-- than the record.
+--
+-- Every read comes first, then the decision records are written, then the
+-- filters. If a write fails, what was written is still replay-safe: either
+-- nothing, or records whose filter bits are missing (a later copy may pass).
+
+local R = tonumber(ARGV[1])
+local recordExpire = ARGV[2]
+local parts = cmsgpack.unpack(ARGV[3])
+local el = cmsgpack.unpack(ARGV[4])
+local wordOffs = cmsgpack.unpack(ARGV[5])
+local W = tonumber(ARGV[6])
+local buckets = cmsgpack.unpack(ARGV[7])
+
+local band, bor, floor, fmt = bit.band, bit.bor, math.floor, string.format
+local HALF = 67108864 -- 2^26
+local CHUNK = 1500    -- sub-operations per BITFIELD call (unpack limit)
+local stride = 2 + 2 * W
+local nEl = #el / stride
+
+local verdict = {}  -- element -> verdict character
+local wordBase = {} -- filtered element -> index before its first word offset
+
+-- bitfield runs args[1..n] as sub-operations of per strings each on key, in
+-- calls small enough to unpack, and returns all replies in order. Lengths
+-- are counted, not taken with #, which costs a search per use.
+local function bitfield(key, args, n, per)
+	local out, m = {}, 0
+	local step = CHUNK * per
+	for i = 1, n, step do
+		local r = redis.call('BITFIELD', key, unpack(args, i, math.min(i + step - 1, n)))
+		local c = #r
+		for k = 1, c do out[m + k] = r[k] end
+		m = m + c
+	end
+	return out
+end
+
+-- getWords reads words j1..j2 of the n elements xs[1..n].
+local function getWords(key, xs, n, j1, j2)
+	local args, m = {}, 0
+	for i = 1, n do
+		local wb = wordBase[xs[i]]
+		for j = j1, j2 do
+			args[m + 1] = 'GET'
+			args[m + 2] = 'u52'
+			args[m + 3] = wordOffs[wb + j]
+			m = m + 3
+		end
+	end
+	return bitfield(key, args, m, 3)
+end
+
+local function expireNotBefore(key, at)
+	if redis.call('EXPIREAT', key, at, 'NX') == 0 then
+		redis.call('EXPIREAT', key, at, 'GT')
+	end
+end
+
+local nb = #buckets / 4
+local fresh, nfresh = {}, {}
+for g = 1, nb do fresh[g], nfresh[g] = {}, 0 end
+
+-- 1. Replays: an offset below a record's watermark was decided before.
+local records, nrec = {}, 0
+local e, wi = 1, 0
+for p = 1, #parts, 2 do
+	local key = KEYS[parts[p]]
+	local last = e + parts[p + 1] - 1
+	local mark = redis.call('BITFIELD', key, 'GET', 'u63', '0')[1]
+	local reads, readEls, nr = {}, {}, 0
+	for x = e, last do
+		local base = (x - 1) * stride
+		local off, g = el[base + 1], el[base + 2]
+		if g > 0 then
+			wordBase[x] = wi
+			wi = wi + W
+		end
+		if off < mark then
+			if off >= mark - R then
+				nr = nr + 1
+				reads[3 * nr - 2] = 'GET'
+				reads[3 * nr - 1] = 'u1'
+				reads[3 * nr] = fmt('%d', 64 + off % R)
+				readEls[nr] = x
+			else
+				verdict[x] = 'u'
+			end
+		elseif g > 0 then
+			local c = nfresh[g] + 1
+			fresh[g][c] = x
+			nfresh[g] = c
+		else
+			verdict[x] = 'U'
+		end
+	end
+	if nr > 0 then
+		local got = bitfield(key, reads, 3 * nr, 3)
+		for i = 1, nr do
+			verdict[readEls[i]] = got[i] == 1 and 'n' or 'd'
+		end
+	end
+	nrec = nrec + 1
+	records[nrec] = { key, mark, e, last }
+	e = last + 1
+end
+
+-- 2. Filters, bucket by bucket in ascending order, so a bucket's new
+-- elements are visible to the next bucket's test of its previous bucket.
+-- A word holds a mask when band(high 26 bits) and band(low 26 bits) do.
+local caches = {} -- filter key index -> { word offset -> new value }
+local writes, nwrites = {}, 0
+for g = 1, nb do
+	local xs, n = fresh[g], nfresh[g]
+	if n > 0 then
+		local keyIdx, prevIdx = buckets[4 * g - 3], buckets[4 * g - 2]
+		local vals = getWords(KEYS[keyIdx], xs, n, 1, W)
+
+		-- Elements not in their own bucket before this batch are tested
+		-- against the previous one: the first word for all, the other words
+		-- only where the first holds.
+		local inPrev = {}
+		if prevIdx > 0 then
+			local prevCache = caches[prevIdx] or {}
+			local cand, nc = {}, 0
+			for k = 1, n do
+				local x = xs[k]
+				local base, vb = (x - 1) * stride + 1, (k - 1) * W
+				for j = 1, W do
+					local v = vals[vb + j]
+					local h = floor(v / HALF)
+					local mh, ml = el[base + 2 * j], el[base + 2 * j + 1]
+					if band(h, mh) ~= mh or band(v - h * HALF, ml) ~= ml then
+						nc = nc + 1
+						cand[nc] = x
+						break
+					end
+				end
+			end
+			local first = getWords(KEYS[prevIdx], cand, nc, 1, 1)
+			local more, nm = {}, 0
+			for i = 1, nc do
+				local x = cand[i]
+				local base = (x - 1) * stride + 1
+				local v = prevCache[wordOffs[wordBase[x] + 1]] or first[i]
+				local h = floor(v / HALF)
+				local mh, ml = el[base + 2], el[base + 3]
+				if band(h, mh) == mh and band(v - h * HALF, ml) == ml then
+					nm = nm + 1
+					more[nm] = x
+				end
+			end
+			local rest = W > 1 and getWords(KEYS[prevIdx], more, nm, 2, W) or {}
+			for i = 1, nm do
+				local x = more[i]
+				local base, wb, rb = (x - 1) * stride + 1, wordBase[x], (i - 1) * (W - 1) - 1
+				local all = true
+				for j = 2, W do
+					local v = prevCache[wordOffs[wb + j]] or rest[rb + j]
+					local h = floor(v / HALF)
+					local mh, ml = el[base + 2 * j], el[base + 2 * j + 1]
+					if band(h, mh) ~= mh or band(v - h * HALF, ml) ~= ml then
+						all = false
+						break
+					end
+				end
+				inPrev[x] = all
+			end
+		end
+
+		-- Decide in order; the cache makes earlier elements of the batch
+		-- visible to later ones.
+		local c, dirty, nd = {}, {}, 0
+		caches[keyIdx] = c
+		for k = 1, n do
+			local x = xs[k]
+			local base, wb, vb = (x - 1) * stride + 1, wordBase[x], (k - 1) * W
+			local found = true
+			for j = 1, W do
+				local v = c[wordOffs[wb + j]] or vals[vb + j]
+				local h = floor(v / HALF)
+				local mh, ml = el[base + 2 * j], el[base + 2 * j + 1]
+				if band(h, mh) ~= mh or band(v - h * HALF, ml) ~= ml then
+					found = false
+					break
+				end
+			end
+			if found or inPrev[x] then
+				verdict[x] = 'D'
+			else
+				verdict[x] = 'N'
+				for j = 1, W do
+					local off = wordOffs[wb + j]
+					local v = c[off]
+					if v == nil then
+						v = vals[vb + j]
+						nd = nd + 1
+						dirty[nd] = off
+					end
+					local h = floor(v / HALF)
+					c[off] = bor(h, el[base + 2 * j]) * HALF + bor(v - h * HALF, el[base + 2 * j + 1])
+				end
+			end
+		end
+		nwrites = nwrites + 1
+		writes[nwrites] = { KEYS[keyIdx], c, dirty, nd, buckets[4 * g - 1], buckets[4 * g] }
+	end
+end
+
+-- 3. Decision records: the fresh decisions of each partition, packed into
+-- fields of up to 50 bits (offsets in between belong to other shards or were
+-- never asked, and are never read here), then the new watermark.
+local pow2 = {}
+for i = 0, 50 do pow2[i] = 2 ^ i end
+for r = 1, nrec do
+	local key, mark, a, z = records[r][1], records[r][2], records[r][3], records[r][4]
+	local args, m = {}, 0
+	local start, last, val
+	for x = a, z do
+		local v = verdict[x]
+		if v == 'N' or v == 'D' or v == 'U' then
+			local off = el[(x - 1) * stride + 1]
+			local b = (v == 'D') and 0 or 1
+			if start and off - start < 50 and start % R + (off - start) < R then
+				val = val * pow2[off - last] + b
+			else
+				if start then
+					args[m + 1], args[m + 2], args[m + 3], args[m + 4] =
+						'SET', 'u' .. (last - start + 1), fmt('%d', 64 + start % R), fmt('%d', val)
+					m = m + 4
+				end
+				start, val = off, b
+			end
+			last = off
+		end
+	end
+	if start then
+		args[m + 1], args[m + 2], args[m + 3], args[m + 4] =
+			'SET', 'u' .. (last - start + 1), fmt('%d', 64 + start % R), fmt('%d', val)
+		m = m + 4
+		if last >= mark then
+			args[m + 1], args[m + 2], args[m + 3], args[m + 4] = 'SET', 'u63', '0', fmt('%d', last + 1)
+			m = m + 4
+		end
+		bitfield(key, args, m, 4)
+		expireNotBefore(key, recordExpire)
+	end
+end
+
+-- 4. Filter words. The first sub-operation gives a new key its full length
+-- at once, so later writes never grow it.
+for i = 1, nwrites do
+	local wr = writes[i]
+	local key, c, dirty, nd = wr[1], wr[2], wr[3], wr[4]
+	if nd > 0 then
+		local args = { 'INCRBY', 'u8', wr[6], '0' }
+		local m = 4
+		for k = 1, nd do
+			local off = dirty[k]
+			args[m + 1], args[m + 2], args[m + 3], args[m + 4] = 'SET', 'u52', off, fmt('%d', c[off])
+			m = m + 4
+		end
+		bitfield(key, args, m, 4)
+		expireNotBefore(key, wr[5])
+	end
+end
+
+return table.concat(verdict, '', 1, nEl)
