@@ -1,0 +1,412 @@
+// Command bloom-bench measures the Bloom engine against two baselines in
+// one run on one redis-server: a pipelined SET id 1 NX EX per element (exact,
+// the throughput reference) and the naive Lua script that calls SETBIT once
+// per bit. It prints one table: elements per second, Redis and client CPU per
+// element, Redis bytes per distinct element and false positives.
+//
+//	go run ./cmd/bloom-bench            # 10 million IDs, p = 1e-6
+//	go run ./cmd/bloom-bench -n 1000000 # a quicker run
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spaolacci/murmur3"
+
+	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/redisproc"
+)
+
+type options struct {
+	n       int
+	naiveN  int
+	dup     float64
+	batch   int
+	p       float64
+	methods string
+	seed    uint64
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.n, "n", 10_000_000, "IDs to test (16 bytes each)")
+	flag.IntVar(&o.naiveN, "naive-n", 300_000, "IDs for the naive SETBIT script, which is slow")
+	flag.Float64Var(&o.dup, "dup", 0.07, "share of IDs that repeat an earlier one")
+	flag.IntVar(&o.batch, "batch", 1000, "IDs per batch")
+	flag.Float64Var(&o.p, "p", 1e-6, "target false-positive rate")
+	flag.StringVar(&o.methods, "methods", "engine-rolling,engine-fixed,setnx,naive", "methods to run, comma-separated")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the ID stream")
+	flag.Parse()
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "bloom-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// stream yields IDs: each is, with probability dup, a copy of a uniformly
+// chosen earlier distinct ID, else a new one. Distinct ID j is the hex of a
+// bijective mix of j, so the ground truth needs no set.
+type stream struct {
+	rng      *rand.Rand
+	dup      float64
+	distinct uint64
+}
+
+func idOf(j uint64) []byte {
+	z := j + 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	var raw [8]byte
+	for i := range raw {
+		raw[i] = byte(z >> (8 * i))
+	}
+	return []byte(hex.EncodeToString(raw[:]))
+}
+
+// next returns an ID and its distinct index.
+func (s *stream) next() ([]byte, uint64) {
+	if s.distinct > 0 && s.rng.Float64() < s.dup {
+		j := s.rng.Uint64N(s.distinct)
+		return idOf(j), j
+	}
+	s.distinct++
+	return idOf(s.distinct - 1), s.distinct - 1
+}
+
+// truth counts, per distinct ID, the copies a method passed as new. A
+// method may pass any one copy of an ID (the engine orders a batch by
+// partition), so errors are counted per ID: none passed is a false
+// positive, more than one passed are duplicates let through.
+type truth struct{ passed []uint8 }
+
+func newTruth(n int) *truth { return &truth{passed: make([]uint8, n)} }
+
+func (t *truth) add(j uint64, saidNew bool) {
+	if saidNew && t.passed[j] < 255 {
+		t.passed[j]++
+	}
+}
+
+func (t *truth) finish(r *result, distinct uint64) {
+	for _, n := range t.passed[:distinct] {
+		if n == 0 {
+			r.falsePos++
+		} else {
+			r.falseNeg += int(n) - 1
+		}
+	}
+}
+
+type result struct {
+	name       string
+	n          int
+	distinct   uint64
+	wall       time.Duration
+	redisCPU   float64 // seconds
+	clientCPU  float64 // seconds
+	memory     int64   // bytes
+	falsePos   int
+	falseNeg   int
+	expectedFP float64
+	note       string
+}
+
+func run(ctx context.Context, o options) error {
+	dir, err := os.MkdirTemp("", "bloom-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := redisproc.Start(ctx, filepath.Join(dir, "redis"))
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, ReadTimeout: 30 * time.Second})
+	defer c.Close()
+	version, _ := c.Info(ctx, "server").Result()
+	fmt.Printf("redis %s, %d IDs of 16 bytes, %.0f%% duplicates, batches of %d, p = %g\n",
+		field(version, "redis_version"), o.n, o.dup*100, o.batch, o.p)
+
+	var results []result
+	for _, m := range strings.Split(o.methods, ",") {
+		if err := c.FlushAll(ctx).Err(); err != nil {
+			return err
+		}
+		var r result
+		var err error
+		switch m {
+		case "engine-rolling":
+			r, err = runEngine(ctx, c, o, bloom.Rolling)
+		case "engine-fixed":
+			r, err = runEngine(ctx, c, o, bloom.Fixed)
+		case "setnx":
+			r, err = runSetNX(ctx, c, o)
+		case "naive":
+			r, err = runNaive(ctx, c, o)
+		default:
+			return fmt.Errorf("unknown method %q", m)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", m, err)
+		}
+		r.name = m
+		results = append(results, r)
+		fmt.Fprintf(os.Stderr, "%s done in %v\n", m, r.wall.Round(time.Millisecond))
+	}
+	report(results)
+	return nil
+}
+
+func report(rs []result) {
+	var base float64
+	for _, r := range rs {
+		if r.name == "setnx" {
+			base = float64(r.n) / r.wall.Seconds()
+		}
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 2, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "method\tIDs\telements/s\tvs SET NX\tredis CPU us/el\tclient CPU us/el\tbytes/distinct\tfalse pos\texpected FP\tdups passed\t")
+	for _, r := range rs {
+		rate := float64(r.n) / r.wall.Seconds()
+		ratio := "-"
+		if base > 0 {
+			ratio = fmt.Sprintf("%.2fx", rate/base)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%d\t%.2f\t%d\t\n", r.name, r.n, rate, ratio,
+			r.redisCPU/float64(r.n)*1e6, r.clientCPU/float64(r.n)*1e6,
+			float64(r.memory)/float64(r.distinct), r.falsePos, r.expectedFP, r.falseNeg)
+	}
+	tw.Flush()
+	for _, r := range rs {
+		if r.note != "" {
+			fmt.Printf("%s: %s\n", r.name, r.note)
+		}
+	}
+}
+
+// meter takes Redis CPU, client CPU, memory and wall time around a run.
+type meter struct {
+	c               *redis.Client
+	redis0, client0 float64
+	mem0            int64
+	start           time.Time
+}
+
+func startMeter(ctx context.Context, c *redis.Client) *meter {
+	m := &meter{c: c}
+	m.redis0, m.mem0 = redisCPU(ctx, c), usedMemory(ctx, c)
+	m.client0 = clientCPU()
+	m.start = time.Now()
+	return m
+}
+
+func (m *meter) stop(ctx context.Context, r *result) {
+	r.wall = time.Since(m.start)
+	r.clientCPU = clientCPU() - m.client0
+	r.redisCPU = redisCPU(ctx, m.c) - m.redis0
+	r.memory = usedMemory(ctx, m.c) - m.mem0
+}
+
+func clientCPU() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+func redisCPU(ctx context.Context, c *redis.Client) float64 {
+	s := c.Info(ctx, "cpu").Val()
+	u, _ := strconv.ParseFloat(field(s, "used_cpu_user"), 64)
+	y, _ := strconv.ParseFloat(field(s, "used_cpu_sys"), 64)
+	return u + y
+}
+
+func usedMemory(ctx context.Context, c *redis.Client) int64 {
+	v, _ := strconv.ParseInt(field(c.Info(ctx, "memory").Val(), "used_memory"), 10, 64)
+	return v
+}
+
+func field(info, name string) string {
+	for _, l := range strings.Split(info, "\r\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+const partitions = 8
+
+func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode) (result, error) {
+	distinct := int64(math.Round(float64(o.n) * (1 - o.dup)))
+	plan, err := bloom.NewPlan(distinct, o.p, bloom.PlanOptions{})
+	if err != nil {
+		return result{}, err
+	}
+	now := time.Now()
+	f, err := bloom.New(c, bloom.Config{Pipeline: "bench", Plan: plan, Windows: bloom.Windows{Length: 24 * time.Hour, Mode: mode},
+		Now: func() time.Time { return now }})
+	if err != nil {
+		return result{}, err
+	}
+	// Memory is counted from before the keys are made: the value sent to
+	// preallocate them sits in a client buffer for a while.
+	mem0 := usedMemory(ctx, c)
+	if err := f.Preallocate(ctx, now); err != nil {
+		return result{}, err
+	}
+	s := &stream{rng: rand.New(rand.NewPCG(o.seed, 2)), dup: o.dup}
+	r := result{n: o.n}
+	elems := make([]bloom.Element, o.batch)
+	idx := make([]uint64, o.batch)
+	tr := newTruth(o.n)
+	var offsets [partitions]int64
+	m := startMeter(ctx, c)
+	m.mem0 = mem0
+	for done := 0; done < o.n; {
+		k := min(o.batch, o.n-done)
+		for i := 0; i < k; i++ {
+			id, j := s.next()
+			p := int32((done + i) % partitions)
+			elems[i] = bloom.Element{ID: id, Time: now, Source: bloom.Source{Topic: "clicks", Partition: p, Offset: offsets[p]}}
+			offsets[p]++
+			idx[i] = j
+		}
+		vs, err := f.TestAndSet(ctx, elems[:k])
+		if err != nil {
+			return r, err
+		}
+		for i, v := range vs {
+			tr.add(idx[i], v == bloom.FirstSeen)
+		}
+		done += k
+	}
+	m.stop(ctx, &r)
+	r.distinct = s.distinct
+	tr.finish(&r, s.distinct)
+	r.expectedFP = expectedFalsePositives(s.distinct, func(i float64) float64 {
+		return bloom.BlockedFPR(float64(plan.Bits())/i, plan.Layout)
+	})
+	r.note = fmt.Sprintf("layout %d words x %d bits, %d shard(s) of %d bits (%.1f bits per distinct), achieved p %.2e; a classic filter needs %.1f bits, k = %d",
+		plan.Layout.Words, plan.Layout.BitsPerWord, plan.Shards, plan.ShardBits, float64(plan.Bits())/float64(s.distinct), plan.AchievedFPR,
+		float64(plan.Standard.Bits)/float64(distinct), plan.Standard.Hashes)
+	return r, nil
+}
+
+// expectedFalsePositives sums the false-positive rate seen by each of the d
+// distinct insertions, fpr(i) being the rate after i insertions.
+func expectedFalsePositives(d uint64, fpr func(i float64) float64) float64 {
+	const steps = 2000
+	var sum float64
+	for s := 0; s < steps; s++ {
+		i := (float64(s) + 0.5) / steps * float64(d)
+		sum += fpr(i) * float64(d) / steps
+	}
+	return sum
+}
+
+func runSetNX(ctx context.Context, c *redis.Client, o options) (result, error) {
+	s := &stream{rng: rand.New(rand.NewPCG(o.seed, 2)), dup: o.dup}
+	r := result{n: o.n}
+	idx := make([]uint64, o.batch)
+	tr := newTruth(o.n)
+	cmds := make([]*redis.BoolCmd, o.batch)
+	m := startMeter(ctx, c)
+	for done := 0; done < o.n; {
+		k := min(o.batch, o.n-done)
+		pipe := c.Pipeline()
+		for i := 0; i < k; i++ {
+			id, j := s.next()
+			idx[i] = j
+			cmds[i] = pipe.SetNX(ctx, string(id), "1", 24*time.Hour)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return r, err
+		}
+		for i := 0; i < k; i++ {
+			tr.add(idx[i], cmds[i].Val())
+		}
+		done += k
+	}
+	m.stop(ctx, &r)
+	r.distinct = s.distinct
+	tr.finish(&r, s.distinct)
+	return r, nil
+}
+
+// naiveLua sets each of an element's k bits with its own SETBIT call; the
+// element is new if any bit was 0.
+const naiveLua = `
+local k = tonumber(ARGV[1])
+local out = {}
+for e = 0, (#ARGV - 1) / k - 1 do
+  local new = 0
+  for j = 1, k do
+    if redis.call('SETBIT', KEYS[1], ARGV[1 + e * k + j], 1) == 0 then new = 1 end
+  end
+  out[#out + 1] = new
+end
+redis.call('EXPIRE', KEYS[1], 86400)
+return out`
+
+func runNaive(ctx context.Context, c *redis.Client, o options) (result, error) {
+	n := min(o.n, o.naiveN)
+	// Sized for the full run, as the engine is, so memory compares.
+	std := bloom.StandardSizing(int64(math.Round(float64(o.n)*(1-o.dup))), o.p)
+	script := redis.NewScript(naiveLua)
+	s := &stream{rng: rand.New(rand.NewPCG(o.seed, 2)), dup: o.dup}
+	r := result{n: n}
+	idx := make([]uint64, o.batch)
+	tr := newTruth(n)
+	// Create the key at full size first, as the engine does.
+	mem0 := usedMemory(ctx, c)
+	if err := c.SetBit(ctx, "naive", int64(std.Bits-1), 0).Err(); err != nil {
+		return r, err
+	}
+	m := startMeter(ctx, c)
+	m.mem0 = mem0
+	args := make([]any, 0, 1+o.batch*std.Hashes)
+	for done := 0; done < n; {
+		k := min(o.batch, n-done)
+		args = append(args[:0], std.Hashes)
+		for i := 0; i < k; i++ {
+			id, j := s.next()
+			idx[i] = j
+			h1, h2 := murmur3.Sum128(id)
+			for j := 0; j < std.Hashes; j++ {
+				args = append(args, strconv.FormatUint((h1+uint64(j)*h2)%std.Bits, 10))
+			}
+		}
+		res, err := script.Run(ctx, c, []string{"naive"}, args...).Int64Slice()
+		if err != nil {
+			return r, err
+		}
+		for i, v := range res {
+			tr.add(idx[i], v == 1)
+		}
+		done += k
+	}
+	m.stop(ctx, &r)
+	tr.finish(&r, s.distinct)
+	// Memory per distinct is the full filter over the full run's distinct IDs.
+	r.distinct = uint64(math.Round(float64(o.n) * (1 - o.dup)))
+	r.expectedFP = expectedFalsePositives(s.distinct, func(i float64) float64 {
+		return bloom.StandardFPR(float64(std.Bits)/i, std.Hashes)
+	})
+	r.note = fmt.Sprintf("classic filter, k = %d, %d bits; run on the first %d IDs only, sized for all %d", std.Hashes, std.Bits, n, o.n)
+	return r, nil
+}
