@@ -105,7 +105,7 @@ type Config struct {
 	MaxFutureSkew time.Duration
 	// ReplayHorizon is how many offsets back per partition the decision
 	// record reaches. It must exceed the offsets a consumer can have decided
-	// but not committed. Changing it starts new filters. Default: 262144.
+	// but not committed. Changing it starts new filters. Default: 65536.
 	ReplayHorizon int64
 	// CallTimeout bounds each Redis call. Default: 5s.
 	CallTimeout time.Duration
@@ -123,7 +123,7 @@ func (c *Config) setDefaults() {
 		c.MaxFutureSkew = c.Windows.Length
 	}
 	if c.ReplayHorizon == 0 {
-		c.ReplayHorizon = 1 << 18
+		c.ReplayHorizon = 1 << 16
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = 5 * time.Second

@@ -462,4 +462,3 @@ func TestPreallocateMakesFullKeysWithTTL(t *testing.T) {
 	}
 	assertAllKeysExpire(t, c)
 }
-

@@ -31,7 +31,7 @@ local wordOffs = cmsgpack.unpack(ARGV[5])
 local W = tonumber(ARGV[6])
 local buckets = cmsgpack.unpack(ARGV[7])
 
-local band, bor, floor, fmt = bit.band, bit.bor, math.floor, string.format
+local band, bor, fmt = bit.band, bit.bor, string.format
 local HALF = 67108864 -- 2^26
 local CHUNK = 1500    -- sub-operations per BITFIELD call (unpack limit)
 local stride = 2 + 2 * W
@@ -147,9 +147,10 @@ for g = 1, nb do
 				local base, vb = (x - 1) * stride + 1, (k - 1) * W
 				for j = 1, W do
 					local v = vals[vb + j]
-					local h = floor(v / HALF)
+					local l = v % HALF
+				local h = (v - l) / HALF
 					local mh, ml = el[base + 2 * j], el[base + 2 * j + 1]
-					if band(h, mh) ~= mh or band(v - h * HALF, ml) ~= ml then
+					if band(h, mh) ~= mh or band(l, ml) ~= ml then
 						nc = nc + 1
 						cand[nc] = x
 						break
@@ -162,9 +163,10 @@ for g = 1, nb do
 				local x = cand[i]
 				local base = (x - 1) * stride + 1
 				local v = prevCache[wordOffs[wordBase[x] + 1]] or first[i]
-				local h = floor(v / HALF)
+				local l = v % HALF
+				local h = (v - l) / HALF
 				local mh, ml = el[base + 2], el[base + 3]
-				if band(h, mh) == mh and band(v - h * HALF, ml) == ml then
+				if band(h, mh) == mh and band(l, ml) == ml then
 					nm = nm + 1
 					more[nm] = x
 				end
@@ -176,9 +178,10 @@ for g = 1, nb do
 				local all = true
 				for j = 2, W do
 					local v = prevCache[wordOffs[wb + j]] or rest[rb + j]
-					local h = floor(v / HALF)
+					local l = v % HALF
+				local h = (v - l) / HALF
 					local mh, ml = el[base + 2 * j], el[base + 2 * j + 1]
-					if band(h, mh) ~= mh or band(v - h * HALF, ml) ~= ml then
+					if band(h, mh) ~= mh or band(l, ml) ~= ml then
 						all = false
 						break
 					end
@@ -197,9 +200,10 @@ for g = 1, nb do
 			local found = true
 			for j = 1, W do
 				local v = c[wordOffs[wb + j]] or vals[vb + j]
-				local h = floor(v / HALF)
+				local l = v % HALF
+				local h = (v - l) / HALF
 				local mh, ml = el[base + 2 * j], el[base + 2 * j + 1]
-				if band(h, mh) ~= mh or band(v - h * HALF, ml) ~= ml then
+				if band(h, mh) ~= mh or band(l, ml) ~= ml then
 					found = false
 					break
 				end
@@ -216,8 +220,9 @@ for g = 1, nb do
 						nd = nd + 1
 						dirty[nd] = off
 					end
-					local h = floor(v / HALF)
-					c[off] = bor(h, el[base + 2 * j]) * HALF + bor(v - h * HALF, el[base + 2 * j + 1])
+					local l = v % HALF
+				local h = (v - l) / HALF
+					c[off] = bor(h, el[base + 2 * j]) * HALF + bor(l, el[base + 2 * j + 1])
 				end
 			end
 		end
