@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -248,6 +250,58 @@ func (f *Filter) Preallocate(ctx context.Context, t time.Time) error {
 		if err != nil && err != redis.Nil {
 			return fmt.Errorf("%w: preallocating %s: %w", ErrRedis, key, err)
 		}
+	}
+	return nil
+}
+
+// LiveWindows is how many buckets of keys exist at once in steady state:
+// the current one, the next one once preallocated, and in Rolling mode the
+// previous one, which is still tested; with Grace, one more lingers.
+func (f *Filter) LiveWindows() int {
+	n := 2
+	if f.cfg.Windows.Mode == Rolling {
+		n++
+	}
+	if f.cfg.Windows.Grace > 0 {
+		n++
+	}
+	return n
+}
+
+// CheckCapacity compares the memory the filter needs in steady state with
+// the maxmemory of every master and fails when it does not fit. Servers
+// that refuse INFO are skipped.
+func (f *Filter) CheckCapacity(ctx context.Context) error {
+	need := f.plan.Memory * uint64(f.LiveWindows())
+	check := func(ctx context.Context, c *redis.Client) error {
+		cctx, cancel := f.callCtx(ctx)
+		defer cancel()
+		info, err := c.Info(cctx, "memory").Result()
+		if err != nil {
+			return nil
+		}
+		var maxmem uint64
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "maxmemory:"); ok {
+				maxmem, _ = strconv.ParseUint(v, 10, 64)
+			}
+		}
+		// On a Cluster each master holds its share of the shards.
+		share := need
+		if f.cluster {
+			share = need / uint64(min(f.plan.Shards, 3)) // at best spread over three masters
+		}
+		if maxmem > 0 && share > maxmem {
+			return fmt.Errorf("%w: the filter needs %d bytes (%d windows of %d) and Redis at %s has maxmemory %d; lower the expected elements per window or raise the false-positive rate",
+				ErrInvalidPlan, share, f.LiveWindows(), f.plan.Memory, c.Options().Addr, maxmem)
+		}
+		return nil
+	}
+	switch c := f.client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, check)
+	case *redis.Client:
+		return check(ctx, c)
 	}
 	return nil
 }

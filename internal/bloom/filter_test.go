@@ -462,3 +462,19 @@ func TestPreallocateMakesFullKeysWithTTL(t *testing.T) {
 	}
 	assertAllKeysExpire(t, c)
 }
+
+func TestCheckCapacity(t *testing.T) {
+	c := redistest.Client(t, redistest.Server(t))
+	f, _ := newFilter(t, c, 1_000_000, 1e-6, nil)
+	if err := f.CheckCapacity(t.Context()); err != nil {
+		t.Fatalf("no maxmemory: %v", err)
+	}
+	c.ConfigSet(t.Context(), "maxmemory", "10mb")
+	if err := f.CheckCapacity(t.Context()); !errors.Is(err, ErrInvalidPlan) {
+		t.Fatalf("maxmemory 10mb for a %d-byte window: %v", f.Plan().Memory, err)
+	}
+	c.ConfigSet(t.Context(), "maxmemory", "1gb")
+	if err := f.CheckCapacity(t.Context()); err != nil {
+		t.Fatalf("maxmemory 1gb: %v", err)
+	}
+}
