@@ -223,7 +223,7 @@ func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) 
 	b.parts = msgp.AppendArrayHeader(b.parts[:0], uint32(2*nparts))
 	b.parts = append(b.parts, b.scratch...)
 
-	b.els = msgp.AppendArrayHeader(b.els[:0], uint32(len(order)*(2+2*W)))
+	b.els = msgp.AppendArrayHeader(b.els[:0], uint32(len(order)*(2+W)))
 	b.words = msgp.AppendArrayHeader(b.words[:0], uint32(nfiltered*W))
 	var num [20]byte
 	for _, i := range order {
@@ -236,11 +236,9 @@ func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) 
 		b.els = msgp.AppendInt(b.els, g)
 		for j := 0; j < W; j++ {
 			if it.filtered {
-				b.els = msgp.AppendUint32(b.els, it.loc.hi[j])
-				b.els = msgp.AppendUint32(b.els, it.loc.lo[j])
+				b.els = msgp.AppendUint64(b.els, uint64(it.loc.hi[j])<<26|uint64(it.loc.lo[j]))
 				b.words = msgp.AppendStringFromBytes(b.words, strconv.AppendUint(num[:0], it.loc.word[j], 10))
 			} else {
-				b.els = msgp.AppendUint32(b.els, 0)
 				b.els = msgp.AppendUint32(b.els, 0)
 			}
 		}

@@ -9,7 +9,7 @@
 -- ARGV[3] msgpack [recordKeyIndex, count, ...]: the partition groups, in
 --         element order; offsets ascend inside a group.
 -- ARGV[4] msgpack numbers, per element: offset, bucket group (0: not to be
---         filtered), then per word the high and low 26 bits of its mask.
+--         filtered), then each word's 52-bit mask.
 -- ARGV[5] msgpack strings: per filtered element, the bit offset of each word.
 -- ARGV[6] words per element.
 -- ARGV[7] msgpack per bucket group, in ascending bucket order: filter key
@@ -33,8 +33,8 @@ local buckets = cmsgpack.unpack(ARGV[7])
 
 local band, bor, fmt = bit.band, bit.bor, string.format
 local HALF = 67108864 -- 2^26
-local CHUNK = 1500    -- sub-operations per BITFIELD call (unpack limit)
-local stride = 2 + 2 * W
+local CHUNK = 64    -- sub-operations per BITFIELD call (unpack limit)
+local stride = 2 + W
 local nEl = #el / stride
 
 local verdict = {}  -- element -> verdict character
@@ -55,9 +55,13 @@ local function bitfield(key, args, n, per)
 	return out
 end
 
+-- ARGS is one argument buffer for every BITFIELD call: a fresh table per
+-- call would be grown, and collected, again each time.
+local ARGS = {}
+
 -- getWords reads words j1..j2 of the n elements xs[1..n].
 local function getWords(key, xs, n, j1, j2)
-	local args, m = {}, 0
+	local args, m = ARGS, 0
 	for i = 1, n do
 		local wb = wordBase[xs[i]]
 		for j = j1, j2 do
@@ -148,8 +152,10 @@ for g = 1, nb do
 				for j = 1, W do
 					local v = vals[vb + j]
 					local l = v % HALF
-				local h = (v - l) / HALF
-					local mh, ml = el[base + 2 * j], el[base + 2 * j + 1]
+					local h = (v - l) / HALF
+					local mk = el[base + 1 + j]
+					local ml = mk % HALF
+					local mh = (mk - ml) / HALF
 					if band(h, mh) ~= mh or band(l, ml) ~= ml then
 						nc = nc + 1
 						cand[nc] = x
@@ -165,7 +171,9 @@ for g = 1, nb do
 				local v = prevCache[wordOffs[wordBase[x] + 1]] or first[i]
 				local l = v % HALF
 				local h = (v - l) / HALF
-				local mh, ml = el[base + 2], el[base + 3]
+				local mk = el[base + 2]
+				local ml = mk % HALF
+				local mh = (mk - ml) / HALF
 				if band(h, mh) == mh and band(l, ml) == ml then
 					nm = nm + 1
 					more[nm] = x
@@ -179,8 +187,10 @@ for g = 1, nb do
 				for j = 2, W do
 					local v = prevCache[wordOffs[wb + j]] or rest[rb + j]
 					local l = v % HALF
-				local h = (v - l) / HALF
-					local mh, ml = el[base + 2 * j], el[base + 2 * j + 1]
+					local h = (v - l) / HALF
+					local mk = el[base + 1 + j]
+					local ml = mk % HALF
+					local mh = (mk - ml) / HALF
 					if band(h, mh) ~= mh or band(l, ml) ~= ml then
 						all = false
 						break
@@ -202,7 +212,9 @@ for g = 1, nb do
 				local v = c[wordOffs[wb + j]] or vals[vb + j]
 				local l = v % HALF
 				local h = (v - l) / HALF
-				local mh, ml = el[base + 2 * j], el[base + 2 * j + 1]
+				local mk = el[base + 1 + j]
+				local ml = mk % HALF
+				local mh = (mk - ml) / HALF
 				if band(h, mh) ~= mh or band(l, ml) ~= ml then
 					found = false
 					break
@@ -221,8 +233,11 @@ for g = 1, nb do
 						dirty[nd] = off
 					end
 					local l = v % HALF
-				local h = (v - l) / HALF
-					c[off] = bor(h, el[base + 2 * j]) * HALF + bor(l, el[base + 2 * j + 1])
+					local h = (v - l) / HALF
+					local mk = el[base + 1 + j]
+					local ml = mk % HALF
+					local mh = (mk - ml) / HALF
+					c[off] = bor(h, mh) * HALF + bor(l, ml)
 				end
 			end
 		end
@@ -238,7 +253,7 @@ local pow2 = {}
 for i = 0, 50 do pow2[i] = 2 ^ i end
 for r = 1, nrec do
 	local key, mark, a, z = records[r][1], records[r][2], records[r][3], records[r][4]
-	local args, m = {}, 0
+	local args, m = ARGS, 0
 	local start, last, val
 	for x = a, z do
 		local v = verdict[x]
@@ -277,7 +292,8 @@ for i = 1, nwrites do
 	local wr = writes[i]
 	local key, c, dirty, nd = wr[1], wr[2], wr[3], wr[4]
 	if nd > 0 then
-		local args = { 'INCRBY', 'u8', wr[6], '0' }
+		local args = ARGS
+		args[1], args[2], args[3], args[4] = 'INCRBY', 'u8', wr[6], '0'
 		local m = 4
 		for k = 1, nd do
 			local off = dirty[k]
