@@ -3,6 +3,7 @@ module dedupe-worker
 go 1.26.8
 
 require (
+	github.com/kelseyhightower/envconfig v1.4.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spaolacci/murmur3 v1.1.0
 	github.com/tinylib/msgp v1.6.5

@@ -1,0 +1,232 @@
+// Package config loads a pipeline's settings from DEDUPE_* environment
+// variables: one set per pipeline, one Deployment per set.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// Prefix starts every variable name.
+const Prefix = "DEDUPE"
+
+// Config is everything a worker needs. The variable of each field is
+// DEDUPE_ and its envconfig name.
+type Config struct {
+	// Pipeline names the pipeline: Redis keys, the default consumer group
+	// and metric labels derive from it. Required.
+	Pipeline string `envconfig:"PIPELINE" required:"true"`
+	// KafkaBrokers are host:port, comma-separated. Required.
+	KafkaBrokers []string `envconfig:"KAFKA_BROKERS" required:"true"`
+	// InputTopic is read. Required.
+	InputTopic string `envconfig:"INPUT_TOPIC" required:"true"`
+	// OutputTopic receives first-seen events. Required.
+	OutputTopic string `envconfig:"OUTPUT_TOPIC" required:"true"`
+	// DLQTopic receives input that cannot be deduplicated. Required.
+	DLQTopic string `envconfig:"DLQ_TOPIC" required:"true"`
+	// GroupID is the consumer group. Default: dedupe-<pipeline>.
+	GroupID string `envconfig:"GROUP_ID"`
+	// RedisAddrs are host:port, comma-separated: one is a standalone server,
+	// several are seeds of a Redis Cluster. Required.
+	RedisAddrs []string `envconfig:"REDIS_ADDRS" required:"true"`
+	// IDField locates the element ID: a JSON field path such as click_id or
+	// meta.id, "key" for the message key, or "header:NAME". Required.
+	IDField string `envconfig:"ID_FIELD" required:"true"`
+	// TimeField is a JSON field path holding the event time (Unix seconds,
+	// Unix milliseconds or RFC 3339). Default: empty, the message timestamp.
+	TimeField string `envconfig:"TIME_FIELD"`
+	// Window is the deduplication window, a Go duration. Default: 10m.
+	Window time.Duration `envconfig:"WINDOW" default:"10m"`
+	// WindowMode is rolling or fixed. Default: rolling.
+	WindowMode string `envconfig:"WINDOW_MODE" default:"rolling"`
+	// WindowGrace keeps a bucket this long after it stops being tested, for
+	// late events. Default: 1m.
+	WindowGrace time.Duration `envconfig:"WINDOW_GRACE" default:"1m"`
+	// ExpectedPerWindow is the number of distinct IDs per window the filter
+	// is sized for. Default: 1000000.
+	ExpectedPerWindow int64 `envconfig:"EXPECTED_PER_WINDOW" default:"1000000"`
+	// FalsePositiveRate is the chance that a new event is taken for a
+	// duplicate (and dropped) at the expected load. Default: 1e-6.
+	FalsePositiveRate float64 `envconfig:"FALSE_POSITIVE_RATE" default:"1e-6"`
+	// Shards is the least number of keys per window; more spread a window
+	// over the masters of a Redis Cluster. Default: 1.
+	Shards int `envconfig:"SHARDS" default:"1"`
+	// BatchSize is the most events per test-and-set. Default: 1000.
+	BatchSize int `envconfig:"BATCH_SIZE" default:"1000"`
+	// BatchLinger flushes a partial batch after this long. Default: 100ms.
+	BatchLinger time.Duration `envconfig:"BATCH_LINGER" default:"100ms"`
+	// HTTPAddr serves /metrics, /healthz and /readyz. Default: :8080.
+	HTTPAddr string `envconfig:"HTTP_ADDR" default:":8080"`
+	// LogLevel is debug, info, warn or error. Default: info.
+	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
+	// RedisTimeout bounds each Redis call. Default: 5s.
+	RedisTimeout time.Duration `envconfig:"REDIS_TIMEOUT" default:"5s"`
+	// KafkaTimeout bounds each Kafka call. Default: 10s.
+	KafkaTimeout time.Duration `envconfig:"KAFKA_TIMEOUT" default:"10s"`
+	// ShutdownTimeout bounds the shutdown after SIGTERM. Default: 30s.
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
+}
+
+// ErrInvalid wraps every configuration error.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Load reads the DEDUPE_* variables of the environment and validates them.
+// The error is one line naming the variable.
+func Load() (Config, error) {
+	var c Config
+	if err := envconfig.Process(Prefix, &c); err != nil {
+		return Config{}, fmt.Errorf("%w: %s", ErrInvalid, oneLine(err))
+	}
+	c.setDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+func oneLine(err error) string {
+	var pe *envconfig.ParseError
+	if errors.As(err, &pe) {
+		return fmt.Sprintf("%s: cannot read %q as %s", pe.KeyName, pe.Value, pe.TypeName)
+	}
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, "required key "); ok {
+		name, _, _ := strings.Cut(rest, " ")
+		return Prefix + "_" + name + ": required, not set"
+	}
+	return strings.ReplaceAll(msg, "\n", " ")
+}
+
+func (c *Config) setDefaults() {
+	if c.GroupID == "" {
+		c.GroupID = "dedupe-" + c.Pipeline
+	}
+}
+
+var (
+	namePattern  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+	topicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+)
+
+func bad(name, format string, args ...any) error {
+	return fmt.Errorf("%w: %s_%s: %s", ErrInvalid, Prefix, name, fmt.Sprintf(format, args...))
+}
+
+// Validate checks every field and names the first variable out of range.
+func (c Config) Validate() error {
+	switch {
+	case !namePattern.MatchString(c.Pipeline):
+		return bad("PIPELINE", "%q: want 1 to 100 letters, digits, '.', '_' or '-'", c.Pipeline)
+	case len(c.KafkaBrokers) == 0 || hasEmpty(c.KafkaBrokers):
+		return bad("KAFKA_BROKERS", "want host:port[,host:port...]")
+	case !topicPattern.MatchString(c.InputTopic):
+		return bad("INPUT_TOPIC", "%q is not a Kafka topic name", c.InputTopic)
+	case !topicPattern.MatchString(c.OutputTopic):
+		return bad("OUTPUT_TOPIC", "%q is not a Kafka topic name", c.OutputTopic)
+	case !topicPattern.MatchString(c.DLQTopic):
+		return bad("DLQ_TOPIC", "%q is not a Kafka topic name", c.DLQTopic)
+	case c.OutputTopic == c.InputTopic || c.DLQTopic == c.InputTopic:
+		return bad("OUTPUT_TOPIC", "output and dead-letter topics must differ from the input topic %q", c.InputTopic)
+	case c.GroupID == "" || len(c.GroupID) > 255:
+		return bad("GROUP_ID", "want 1 to 255 characters")
+	case len(c.RedisAddrs) == 0 || hasEmpty(c.RedisAddrs):
+		return bad("REDIS_ADDRS", "want host:port[,host:port...]")
+	case c.Window < time.Second || c.Window%time.Second != 0 || c.Window > 31*24*time.Hour:
+		return bad("WINDOW", "%v: want whole seconds from 1s to 744h", c.Window)
+	case c.WindowMode != "rolling" && c.WindowMode != "fixed":
+		return bad("WINDOW_MODE", "%q: want rolling or fixed", c.WindowMode)
+	case c.WindowGrace < 0 || c.WindowGrace%time.Second != 0 || c.WindowGrace > 10*c.Window:
+		return bad("WINDOW_GRACE", "%v: want whole seconds from 0 to 10 windows", c.WindowGrace)
+	case c.ExpectedPerWindow < 1 || c.ExpectedPerWindow > 1e12:
+		return bad("EXPECTED_PER_WINDOW", "%d: want 1 to 1e12", c.ExpectedPerWindow)
+	case !(c.FalsePositiveRate >= 1e-12 && c.FalsePositiveRate < 1):
+		return bad("FALSE_POSITIVE_RATE", "%g: want at least 1e-12 and less than 1", c.FalsePositiveRate)
+	case c.Shards < 1 || c.Shards > 1024:
+		return bad("SHARDS", "%d: want 1 to 1024", c.Shards)
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return bad("BATCH_SIZE", "%d: want 1 to 10000", c.BatchSize)
+	case c.BatchLinger < time.Millisecond || c.BatchLinger > time.Minute:
+		return bad("BATCH_LINGER", "%v: want 1ms to 1m", c.BatchLinger)
+	case c.HTTPAddr == "":
+		return bad("HTTP_ADDR", "want host:port or :port")
+	case c.LogLevel != "debug" && c.LogLevel != "info" && c.LogLevel != "warn" && c.LogLevel != "error":
+		return bad("LOG_LEVEL", "%q: want debug, info, warn or error", c.LogLevel)
+	case c.RedisTimeout < 10*time.Millisecond || c.RedisTimeout > 5*time.Minute:
+		return bad("REDIS_TIMEOUT", "%v: want 10ms to 5m", c.RedisTimeout)
+	case c.KafkaTimeout < 100*time.Millisecond || c.KafkaTimeout > 5*time.Minute:
+		return bad("KAFKA_TIMEOUT", "%v: want 100ms to 5m", c.KafkaTimeout)
+	case c.ShutdownTimeout < time.Second || c.ShutdownTimeout > 10*time.Minute:
+		return bad("SHUTDOWN_TIMEOUT", "%v: want 1s to 10m", c.ShutdownTimeout)
+	}
+	if _, err := ParseIDField(c.IDField); err != nil {
+		return bad("ID_FIELD", "%v", err)
+	}
+	if c.TimeField != "" {
+		if _, err := parsePath(c.TimeField); err != nil {
+			return bad("TIME_FIELD", "%v", err)
+		}
+	}
+	return nil
+}
+
+func hasEmpty(xs []string) bool {
+	for _, x := range xs {
+		if strings.TrimSpace(x) == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// IDSource says where the element ID of a message is.
+type IDSource struct {
+	Kind   IDKind
+	Header string   // for HeaderID
+	Path   []string // for JSONID
+}
+
+// IDKind is the kind of IDSource.
+type IDKind int
+
+const (
+	JSONID IDKind = iota
+	KeyID
+	HeaderID
+)
+
+// ParseIDField reads DEDUPE_ID_FIELD.
+func ParseIDField(s string) (IDSource, error) {
+	switch {
+	case s == "key":
+		return IDSource{Kind: KeyID}, nil
+	case strings.HasPrefix(s, "header:"):
+		name := strings.TrimPrefix(s, "header:")
+		if name == "" {
+			return IDSource{}, errors.New("header: needs a header name")
+		}
+		return IDSource{Kind: HeaderID, Header: name}, nil
+	}
+	p, err := parsePath(s)
+	return IDSource{Kind: JSONID, Path: p}, err
+}
+
+func parsePath(s string) ([]string, error) {
+	if s == "" {
+		return nil, errors.New("empty; want a JSON field path such as click_id or meta.id, key, or header:NAME")
+	}
+	parts := strings.Split(s, ".")
+	for _, p := range parts {
+		if p == "" {
+			return nil, fmt.Errorf("%q has an empty path element", s)
+		}
+	}
+	if len(parts) > 16 {
+		return nil, fmt.Errorf("%q is deeper than 16 fields", s)
+	}
+	return parts, nil
+}

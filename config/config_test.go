@@ -1,0 +1,123 @@
+package config
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// setEnvFile sets every VAR=value line of path for the test.
+func setEnvFile(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	vars := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Fatalf("%s: bad line %q", path, line)
+		}
+		vars[k] = v
+		t.Setenv(k, v)
+	}
+	return vars
+}
+
+func TestExampleFilesLoad(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		want func(Config) bool
+	}{
+		{"clicks.env", func(c Config) bool {
+			return c.Window == 10*time.Minute && c.WindowMode == "rolling" && c.IDField == "click_id" && c.GroupID == "dedupe-clicks"
+		}},
+		{"conversions.env", func(c Config) bool {
+			return c.Window == 24*time.Hour && c.WindowMode == "fixed" && c.IDField == "key" && c.TimeField == ""
+		}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			setEnvFile(t, tc.file)
+			c, err := Load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.want(c) {
+				t.Errorf("loaded %+v", c)
+			}
+		})
+	}
+}
+
+// Every bad value stops the start with one line naming its variable.
+func TestBadValuesNameTheVariable(t *testing.T) {
+	for _, tc := range []struct{ name, value string }{
+		{"DEDUPE_PIPELINE", ""},
+		{"DEDUPE_PIPELINE", "has space"},
+		{"DEDUPE_KAFKA_BROKERS", ""},
+		{"DEDUPE_INPUT_TOPIC", "bad/topic"},
+		{"DEDUPE_OUTPUT_TOPIC", "click-log"},
+		{"DEDUPE_REDIS_ADDRS", ""},
+		{"DEDUPE_ID_FIELD", ""},
+		{"DEDUPE_ID_FIELD", "meta..id"},
+		{"DEDUPE_ID_FIELD", "header:"},
+		{"DEDUPE_TIME_FIELD", "a."},
+		{"DEDUPE_WINDOW", "ten minutes"},
+		{"DEDUPE_WINDOW", "1500ms"},
+		{"DEDUPE_WINDOW_MODE", "sliding"},
+		{"DEDUPE_EXPECTED_PER_WINDOW", "0"},
+		{"DEDUPE_EXPECTED_PER_WINDOW", "many"},
+		{"DEDUPE_FALSE_POSITIVE_RATE", "1"},
+		{"DEDUPE_FALSE_POSITIVE_RATE", "0"},
+		{"DEDUPE_BATCH_SIZE", "0"},
+		{"DEDUPE_BATCH_LINGER", "0s"},
+		{"DEDUPE_LOG_LEVEL", "loud"},
+		{"DEDUPE_SHARDS", "-2"},
+	} {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			setEnvFile(t, "clicks.env")
+			t.Setenv(tc.name, tc.value)
+			_, err := Load()
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.name) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("%s=%q: %v; want one line naming %s", tc.name, tc.value, err, tc.name)
+			}
+		})
+	}
+}
+
+func TestRequiredVariables(t *testing.T) {
+	for _, name := range []string{"DEDUPE_PIPELINE", "DEDUPE_KAFKA_BROKERS", "DEDUPE_INPUT_TOPIC", "DEDUPE_OUTPUT_TOPIC", "DEDUPE_DLQ_TOPIC", "DEDUPE_REDIS_ADDRS", "DEDUPE_ID_FIELD"} {
+		t.Run(name, func(t *testing.T) {
+			setEnvFile(t, "clicks.env")
+			os.Unsetenv(name)
+			_, err := Load()
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Fatalf("without %s: %v", name, err)
+			}
+		})
+	}
+}
+
+func TestParseIDField(t *testing.T) {
+	for in, want := range map[string]IDSource{
+		"click_id":    {Kind: JSONID, Path: []string{"click_id"}},
+		"meta.id":     {Kind: JSONID, Path: []string{"meta", "id"}},
+		"key":         {Kind: KeyID},
+		"header:x-id": {Kind: HeaderID, Header: "x-id"},
+	} {
+		got, err := ParseIDField(in)
+		if err != nil || got.Kind != want.Kind || got.Header != want.Header || strings.Join(got.Path, ".") != strings.Join(want.Path, ".") {
+			t.Errorf("ParseIDField(%q) = %+v, %v", in, got, err)
+		}
+	}
+}
