@@ -1,0 +1,42 @@
+package consumer
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the worker's Prometheus metrics, labelled with the pipeline.
+type Metrics struct {
+	eventsIn     prometheus.Counter
+	forwarded    prometheus.Counter
+	verdicts     *prometheus.CounterVec
+	deadLettered *prometheus.CounterVec
+	errors       *prometheus.CounterVec
+	batchSize    prometheus.Histogram
+	batchSeconds prometheus.Histogram
+	redisSeconds prometheus.Histogram
+}
+
+// NewMetrics registers the metrics with reg (none if nil).
+func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
+	l := prometheus.Labels{"pipeline": pipeline}
+	m := &Metrics{
+		eventsIn: prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupe_events_in_total", Help: "Input messages read.", ConstLabels: l}),
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupe_events_forwarded_total",
+			Help: "Messages written to the output topic.", ConstLabels: l}),
+		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_verdicts_total",
+			Help: "Decisions by verdict: first_seen, duplicate, replayed_first_seen, replayed_duplicate, replay_unknown, late, future.", ConstLabels: l}, []string{"verdict"}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_events_dead_lettered_total",
+			Help: "Messages sent to the dead-letter topic, by reason.", ConstLabels: l}, []string{"reason"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_errors_total",
+			Help: "Failed calls that were retried, by step.", ConstLabels: l}, []string{"step"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_batch_size",
+			Help: "Messages per batch.", ConstLabels: l, Buckets: prometheus.ExponentialBuckets(1, 2, 15)}),
+		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_batch_seconds",
+			Help: "Time from the first message of a batch fetched to its last output acknowledged.", ConstLabels: l,
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
+		redisSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_redis_call_seconds",
+			Help: "Time of one test-and-set, all shards.", ConstLabels: l, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 15)}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.eventsIn, m.forwarded, m.verdicts, m.deadLettered, m.errors, m.batchSize, m.batchSeconds, m.redisSeconds)
+	}
+	return m
+}

@@ -1,0 +1,356 @@
+// Package consumer reads a topic in a Kafka consumer group, deduplicates
+// each batch with one test-and-set, forwards first-seen events, sends
+// input that cannot be deduplicated to a dead-letter topic, and commits
+// offsets only after both are acknowledged.
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+
+	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/sink"
+)
+
+// Headers added to forwarded and dead-lettered messages.
+const (
+	IDHeader    = "dedupe-id"
+	ErrorHeader = "dedupe-error"
+)
+
+// Filter decides which elements are seen for the first time. Calling it
+// again with the same elements after an error must be safe and give the
+// decisions of the first application (bloom.Filter does).
+type Filter interface {
+	TestAndSet(ctx context.Context, elems []bloom.Element) ([]bloom.Verdict, error)
+}
+
+// Producer writes messages and returns once they are acknowledged.
+type Producer interface {
+	Write(ctx context.Context, msgs []kafka.Message) error
+}
+
+// Config configures a Worker.
+type Config struct {
+	Brokers []string
+	Topic   string
+	GroupID string
+	// BatchSize is the most messages per batch. Default: 1000.
+	BatchSize int
+	// BatchLinger flushes a partial batch this long after its first
+	// message. Default: 100ms.
+	BatchLinger time.Duration
+	// KafkaTimeout bounds each Kafka call. Default: 10s.
+	KafkaTimeout time.Duration
+	// ShutdownTimeout bounds finishing the batch in hand and leaving the
+	// group once Run's context is cancelled. Default: 30s.
+	ShutdownTimeout time.Duration
+	// SessionTimeout of the consumer group. Default: 10s.
+	SessionTimeout time.Duration
+	Extractor      *Extractor
+	Logger         *zap.Logger
+	Metrics        *Metrics
+}
+
+func (c *Config) setDefaults() {
+	if c.BatchSize == 0 {
+		c.BatchSize = 1000
+	}
+	if c.BatchLinger == 0 {
+		c.BatchLinger = 100 * time.Millisecond
+	}
+	if c.KafkaTimeout == 0 {
+		c.KafkaTimeout = 10 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil, "")
+	}
+}
+
+// Worker is one consumer-group member.
+type Worker struct {
+	cfg    Config
+	filter Filter
+	out    Producer
+	dlq    Producer
+	log    *zap.Logger
+	m      *Metrics
+	ready  atomic.Bool
+}
+
+// New returns a Worker; Run starts it.
+func New(cfg Config, filter Filter, out, dlq Producer) (*Worker, error) {
+	cfg.setDefaults()
+	if cfg.Extractor == nil {
+		return nil, errors.New("consumer: no extractor")
+	}
+	if len(cfg.Brokers) == 0 || cfg.Topic == "" || cfg.GroupID == "" {
+		return nil, errors.New("consumer: brokers, topic and group are required")
+	}
+	return &Worker{cfg: cfg, filter: filter, out: out, dlq: dlq, log: cfg.Logger, m: cfg.Metrics}, nil
+}
+
+// Ready reports whether the worker is making progress: false before it
+// has joined its group and while Redis or Kafka calls are failing.
+func (w *Worker) Ready() bool { return w.ready.Load() }
+
+// Run consumes until ctx is cancelled, then stops fetching, finishes the
+// batch in hand (forward, dead-letter, commit), leaves the group and
+// returns nil, all within ShutdownTimeout. It returns an error only when
+// the batch in hand could not be finished; its offsets are then not
+// committed and the batch is read again by whoever owns the partitions.
+func (w *Worker) Run(ctx context.Context) error {
+	kl := w.log.With(zap.String("topic", w.cfg.Topic), zap.String("group", w.cfg.GroupID))
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:           w.cfg.Brokers,
+		GroupID:           w.cfg.GroupID,
+		Topic:             w.cfg.Topic,
+		MinBytes:          1,
+		MaxBytes:          16 << 20,
+		MaxWait:           min(w.cfg.BatchLinger, 250*time.Millisecond),
+		StartOffset:       kafka.FirstOffset,
+		CommitInterval:    0, // commits are synchronous, per batch
+		QueueCapacity:     w.cfg.BatchSize,
+		SessionTimeout:    w.cfg.SessionTimeout,
+		RebalanceTimeout:  w.cfg.SessionTimeout,
+		HeartbeatInterval: w.cfg.SessionTimeout / 5,
+		JoinGroupBackoff:  500 * time.Millisecond,
+		ReadBackoffMin:    50 * time.Millisecond,
+		ReadBackoffMax:    time.Second,
+		MaxAttempts:       3,
+		Dialer:            &kafka.Dialer{Timeout: w.cfg.KafkaTimeout},
+		Logger:            kafka.LoggerFunc(func(f string, a ...any) { kl.Debug(fmt.Sprintf(f, a...)) }),
+		ErrorLogger:       kafka.LoggerFunc(func(f string, a ...any) { kl.Warn(fmt.Sprintf(f, a...)) }),
+	})
+	var runErr error
+	for {
+		batch := w.fetch(ctx, r)
+		if len(batch) > 0 {
+			pctx := ctx
+			var cancel context.CancelFunc = func() {}
+			if ctx.Err() != nil {
+				pctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), w.cfg.ShutdownTimeout)
+			}
+			err := w.process(pctx, r, batch)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					// Only a cancelled context stops process; keep going.
+					continue
+				}
+				runErr = fmt.Errorf("finishing the batch in hand at shutdown: %w", err)
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	w.ready.Store(false)
+	// Nothing is fetching or committing now, so Close cannot hang on a
+	// commit in flight; it leaves the group.
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			kl.Warn("closing the reader", zap.Error(err))
+		}
+	case <-time.After(w.cfg.ShutdownTimeout):
+		kl.Warn("the reader did not close in time", zap.Duration("timeout", w.cfg.ShutdownTimeout))
+	}
+	return runErr
+}
+
+// fetch collects up to BatchSize messages: it waits for the first as long
+// as it takes, then at most BatchLinger for the rest. Cancelling ctx ends
+// the batch early; the messages fetched so far are returned.
+func (w *Worker) fetch(ctx context.Context, r *kafka.Reader) []kafka.Message {
+	var batch []kafka.Message
+	var deadline time.Time
+	backoff := newBackoff()
+	for len(batch) < w.cfg.BatchSize {
+		fctx, cancel := ctx, context.CancelFunc(func() {})
+		if len(batch) > 0 {
+			fctx, cancel = context.WithDeadline(ctx, deadline)
+		}
+		m, err := r.FetchMessage(fctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil || (len(batch) > 0 && errors.Is(err, context.DeadlineExceeded)) {
+				return batch
+			}
+			w.ready.Store(false)
+			w.log.Warn("fetching", zap.String("topic", w.cfg.Topic), zap.Error(err))
+			if !backoff.wait(ctx) {
+				return batch
+			}
+			continue
+		}
+		w.ready.Store(true)
+		if len(batch) == 0 {
+			deadline = time.Now().Add(w.cfg.BatchLinger)
+		}
+		batch = append(batch, m)
+	}
+	return batch
+}
+
+// process deduplicates, forwards, dead-letters and commits one batch.
+// Failing calls are retried until ctx ends.
+func (w *Worker) process(ctx context.Context, r *kafka.Reader, batch []kafka.Message) error {
+	start := time.Now()
+	w.m.eventsIn.Add(float64(len(batch)))
+	elems := make([]bloom.Element, 0, len(batch))
+	idx := make([]int, 0, len(batch))
+	var dead []kafka.Message
+	for i := range batch {
+		m := &batch[i]
+		id, at, err := w.cfg.Extractor.Extract(m)
+		if err != nil {
+			dead = append(dead, deadLetter(m, err))
+			w.m.deadLettered.WithLabelValues(reasonLabel(err)).Inc()
+			continue
+		}
+		elems = append(elems, bloom.Element{ID: id, Time: at, Source: bloom.Source{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset}})
+		idx = append(idx, i)
+	}
+
+	var verdicts []bloom.Verdict
+	if len(elems) > 0 {
+		err := w.retry(ctx, "test-and-set", func(ctx context.Context) error {
+			t := time.Now()
+			v, err := w.filter.TestAndSet(ctx, elems)
+			w.m.redisSeconds.Observe(time.Since(t).Seconds())
+			verdicts = v
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	out := make([]kafka.Message, 0, len(elems))
+	for k, v := range verdicts {
+		w.m.verdicts.WithLabelValues(v.String()).Inc()
+		if v.Forward() {
+			out = append(out, forward(&batch[idx[k]], elems[k].ID))
+		}
+	}
+	if err := w.retry(ctx, "producing", func(ctx context.Context) error { return w.out.Write(ctx, out) }); err != nil {
+		return err
+	}
+	if err := w.retry(ctx, "dead-lettering", func(ctx context.Context) error { return w.dlq.Write(ctx, dead) }); err != nil {
+		return err
+	}
+	w.m.forwarded.Add(float64(len(out)))
+	latency := time.Since(start)
+	// A failed commit loses nothing: the batch is read again and its
+	// decisions are replayed. After a rebalance the commit is refused, so
+	// it is tried a few times only.
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, w.cfg.KafkaTimeout)
+		err := r.CommitMessages(cctx, batch...)
+		cancel()
+		if err == nil {
+			break
+		}
+		if attempt == 2 || ctx.Err() != nil {
+			w.log.Warn("committing; the batch will be read again", zap.String("topic", w.cfg.Topic),
+				zap.Int("partition", batch[0].Partition), zap.Int64("offset", batch[0].Offset), zap.Error(err))
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	w.m.batchSize.Observe(float64(len(batch)))
+	w.m.batchSeconds.Observe(latency.Seconds())
+	return nil
+}
+
+// retry calls f until it succeeds or ctx ends, backing off between tries;
+// the worker is not ready while it fails.
+func (w *Worker) retry(ctx context.Context, what string, f func(context.Context) error) error {
+	b := newBackoff()
+	for {
+		err := f(ctx)
+		if err == nil {
+			w.ready.Store(true)
+			return nil
+		}
+		w.ready.Store(false)
+		w.m.errors.WithLabelValues(what).Inc()
+		w.log.Warn(what+" failed; retrying", zap.Error(err), zap.Duration("backoff", b.next))
+		if !b.wait(ctx) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+}
+
+type backoff struct{ next time.Duration }
+
+func newBackoff() *backoff { return &backoff{next: 100 * time.Millisecond} }
+
+// wait sleeps for the next back-off with jitter; false if ctx ended first.
+func (b *backoff) wait(ctx context.Context) bool {
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, 5*time.Second)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func source(m *kafka.Message) kafka.Header {
+	return kafka.Header{Key: sink.SourceHeader, Value: sink.Source(m.Topic, m.Partition, m.Offset)}
+}
+
+// forward is the output message: the input's key, value and headers, and
+// where it came from.
+func forward(m *kafka.Message, id []byte) kafka.Message {
+	h := make([]kafka.Header, 0, len(m.Headers)+2)
+	h = append(h, m.Headers...)
+	h = append(h, source(m), kafka.Header{Key: IDHeader, Value: append([]byte(nil), id...)})
+	return kafka.Message{Key: m.Key, Value: m.Value, Headers: h, Time: m.Time}
+}
+
+// deadLetter is the input unchanged, with the reason and its source.
+func deadLetter(m *kafka.Message, reason error) kafka.Message {
+	h := make([]kafka.Header, 0, len(m.Headers)+2)
+	h = append(h, m.Headers...)
+	h = append(h, source(m), kafka.Header{Key: ErrorHeader, Value: []byte(reason.Error())})
+	return kafka.Message{Key: m.Key, Value: m.Value, Headers: h, Time: m.Time}
+}
+
+func reasonLabel(err error) string {
+	for _, e := range []struct {
+		err   error
+		label string
+	}{
+		{ErrNotJSON, "not_json"}, {ErrTooDeep, "too_deep"}, {ErrNoID, "no_id"}, {ErrEmptyID, "empty_id"},
+		{ErrBadID, "bad_id"}, {ErrNoTime, "no_time"}, {ErrBadTime, "bad_time"}, {ErrInvalidUTF8, "invalid_utf8"},
+	} {
+		if errors.Is(err, e.err) {
+			return e.label
+		}
+	}
+	return "other"
+}

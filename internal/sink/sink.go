@@ -1,0 +1,128 @@
+// Package sink writes events to a Kafka topic and returns only once every
+// in-sync replica has them.
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+)
+
+// SourceHeader carries topic/partition/offset of the input message an
+// output message was made from; downstream counts drop replays by it.
+const SourceHeader = "dedupe-source"
+
+// Config configures a Writer.
+type Config struct {
+	Brokers []string
+	Topic   string
+	// BatchSize is the most messages in one produce request per partition.
+	// Default: 1000.
+	BatchSize int
+	// Timeout bounds one Write, retries included. Default: 10s.
+	Timeout time.Duration
+	Logger  *zap.Logger
+}
+
+// Writer produces to one topic with acks from all in-sync replicas.
+// Messages from one input partition go to one output partition (input
+// partition modulo the output's partition count), so their order is kept.
+type Writer struct {
+	w       *kafka.Writer
+	timeout time.Duration
+}
+
+// New returns a Writer; it connects on first use.
+func New(cfg Config) *Writer {
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 1000
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	log = log.With(zap.String("topic", cfg.Topic))
+	return &Writer{
+		timeout: cfg.Timeout,
+		w: &kafka.Writer{
+			Addr:     kafka.TCP(cfg.Brokers...),
+			Topic:    cfg.Topic,
+			Balancer: sourcePartition{},
+			// The defaults (no acks, a one-second linger) lose data and add a
+			// second to every batch.
+			RequiredAcks:    kafka.RequireAll,
+			BatchSize:       cfg.BatchSize,
+			BatchTimeout:    2 * time.Millisecond,
+			BatchBytes:      64 << 20,
+			MaxAttempts:     5,
+			WriteBackoffMin: 50 * time.Millisecond,
+			WriteBackoffMax: time.Second,
+			ReadTimeout:     cfg.Timeout,
+			WriteTimeout:    cfg.Timeout,
+			Transport: &kafka.Transport{
+				Dial:        (&kafka.Dialer{Timeout: cfg.Timeout}).DialFunc,
+				DialTimeout: cfg.Timeout,
+				IdleTimeout: time.Minute,
+			},
+			Logger:      kafka.LoggerFunc(func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }),
+			ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) { log.Warn(fmt.Sprintf(f, a...)) }),
+		},
+	}
+}
+
+// Write produces msgs and returns when all are acknowledged, or an error.
+// On error some may have been written; writing them all again is safe for
+// a consumer that drops replays by SourceHeader.
+func (w *Writer) Write(ctx context.Context, msgs []kafka.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	if err := w.w.WriteMessages(ctx, msgs...); err != nil {
+		var werr kafka.WriteErrors
+		if errors.As(err, &werr) {
+			return fmt.Errorf("writing to %s: %d of %d messages failed: %w", w.w.Topic, werr.Count(), len(msgs), err)
+		}
+		return fmt.Errorf("writing %d messages to %s: %w", len(msgs), w.w.Topic, err)
+	}
+	return nil
+}
+
+// Close flushes and closes the connections.
+func (w *Writer) Close() error { return w.w.Close() }
+
+// Source formats the SourceHeader value.
+func Source(topic string, partition int, offset int64) []byte {
+	return []byte(topic + "/" + strconv.Itoa(partition) + "/" + strconv.FormatInt(offset, 10))
+}
+
+// sourcePartition sends a message to the partition of its source modulo
+// the partition count; messages without the header go to partition 0.
+type sourcePartition struct{}
+
+func (sourcePartition) Balance(msg kafka.Message, partitions ...int) int {
+	for _, h := range msg.Headers {
+		if h.Key != SourceHeader {
+			continue
+		}
+		s := string(h.Value)
+		if i := strings.LastIndexByte(s, '/'); i > 0 {
+			if j := strings.LastIndexByte(s[:i], '/'); j >= 0 {
+				if p, err := strconv.Atoi(s[j+1 : i]); err == nil && p >= 0 {
+					return partitions[p%len(partitions)]
+				}
+			}
+		}
+	}
+	return partitions[0]
+}
