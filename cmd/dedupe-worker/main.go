@@ -1,0 +1,154 @@
+// Command dedupe-worker removes duplicate events from a Kafka topic.
+//
+//	dedupe-worker          run a worker configured by DEDUPE_* variables
+//	dedupe-worker plan     print the filter sizing for n, p and a window
+//	dedupe-worker stats    print the live filter statistics from Redis
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"dedupe-worker/config"
+	"dedupe-worker/internal/app"
+	"dedupe-worker/internal/bloom"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+const usage = `usage: dedupe-worker [run | plan [flags] | stats]
+  run    consume, deduplicate and forward (the default); configured by DEDUPE_* variables
+  plan   print the filter sizing; flags -n, -p, -window default to the DEDUPE_* values
+  stats  print the live filter statistics of the configured pipeline`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := "run"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch cmd {
+	case "run":
+		cfg, err := config.Load()
+		if err != nil {
+			fmt.Fprintln(stderr, "dedupe-worker:", err)
+			return 2
+		}
+		log, err := newLogger(cfg.LogLevel)
+		if err != nil {
+			fmt.Fprintln(stderr, "dedupe-worker:", err)
+			return 2
+		}
+		defer log.Sync()
+		if err := app.Run(ctx, cfg, log); err != nil {
+			log.Error("exiting", zap.Error(err))
+			return 1
+		}
+		return 0
+	case "plan":
+		return plan(args, stdout, stderr)
+	case "stats":
+		return stats(ctx, stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, usage)
+		return 0
+	}
+	fmt.Fprintln(stderr, usage)
+	return 2
+}
+
+func newLogger(level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	return cfg.Build()
+}
+
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func plan(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	defN, _ := strconv.ParseInt(envOr("DEDUPE_EXPECTED_PER_WINDOW", "1000000"), 10, 64)
+	defP, _ := strconv.ParseFloat(envOr("DEDUPE_FALSE_POSITIVE_RATE", "1e-6"), 64)
+	defW, _ := time.ParseDuration(envOr("DEDUPE_WINDOW", "10m"))
+	defS, _ := strconv.Atoi(envOr("DEDUPE_SHARDS", "1"))
+	n := fs.Int64("n", defN, "distinct IDs expected per window")
+	p := fs.Float64("p", defP, "target false-positive rate")
+	window := fs.Duration("window", defW, "window length")
+	mode := fs.String("mode", envOr("DEDUPE_WINDOW_MODE", "rolling"), "rolling or fixed")
+	shards := fs.Int("shards", defS, "least number of shards")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "n per window\twindow\ttarget p\tlayout\tshards\tbits/ID\tclassic bits/ID (k)\tMiB per window\tMiB live (%s)\tachieved p\n", *mode)
+	for _, target := range []float64{*p, 1e-2, 1e-4, 1e-6, 1e-9} {
+		pl, err := bloom.NewPlan(*n, target, bloom.PlanOptions{MinShards: *shards})
+		if err != nil {
+			fmt.Fprintln(stderr, "dedupe-worker plan:", err)
+			return 2
+		}
+		live := 3 // current, next (preallocated), one lingering for the grace period
+		if *mode == "rolling" {
+			live = 4
+		}
+		fmt.Fprintf(tw, "%d\t%v\t%g\t%dx%d\t%d\t%.1f\t%.1f (%d)\t%.0f\t%.0f\t%.2g\n", *n, *window, target,
+			pl.Layout.Words, pl.Layout.BitsPerWord, pl.Shards, pl.BitsPerElement(),
+			float64(pl.Standard.Bits)/float64(*n), pl.Standard.Hashes,
+			float64(pl.Memory)/(1<<20), float64(pl.Memory)*float64(live)/(1<<20), pl.AchievedFPR)
+		if target == *p && len(args) > 0 {
+			break
+		}
+	}
+	tw.Flush()
+	return 0
+}
+
+func stats(ctx context.Context, stdout, stderr io.Writer) int {
+	cfg, err := config.Load()
+	if err != nil {
+		fmt.Fprintln(stderr, "dedupe-worker:", err)
+		return 2
+	}
+	rc := app.NewRedis(cfg)
+	defer rc.Close()
+	f, err := app.NewFilter(cfg, rc)
+	if err != nil {
+		fmt.Fprintln(stderr, "dedupe-worker:", err)
+		return 2
+	}
+	st, err := f.Stats(ctx, time.Now())
+	if err != nil {
+		fmt.Fprintln(stderr, "dedupe-worker stats:", err)
+		return 1
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "window start (UTC)\tshard\tkey\tbits set\tfill\test. elements\tfalse-positive rate\tTTL\tbytes")
+	for _, s := range st {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.4f\t%.0f\t%.2g\t%v\t%d\n", s.Start.Format(time.RFC3339), s.Shard, s.Key,
+			s.BitsSet, s.Fill, s.Elements, s.FPR, s.TTL.Round(time.Second), s.Memory)
+	}
+	tw.Flush()
+	return 0
+}

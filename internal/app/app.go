@@ -1,0 +1,202 @@
+// Package app wires a worker from its configuration and runs it: the Redis
+// client and filter, the sinks, the consumer, and the HTTP endpoints.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"dedupe-worker/config"
+	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/consumer"
+	"dedupe-worker/internal/sink"
+)
+
+// NewRedis returns a client for one server, or for a Cluster when several
+// addresses are given, with every call bounded by cfg.RedisTimeout.
+func NewRedis(cfg config.Config) redis.UniversalClient {
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:                 cfg.RedisAddrs,
+		IsClusterMode:         len(cfg.RedisAddrs) > 1,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           cfg.RedisTimeout,
+		ReadTimeout:           cfg.RedisTimeout,
+		WriteTimeout:          cfg.RedisTimeout,
+		MaxRetries:            2,
+	})
+}
+
+// NewFilter sizes and builds the pipeline's filter.
+func NewFilter(cfg config.Config, rc redis.UniversalClient) (*bloom.Filter, error) {
+	plan, err := bloom.NewPlan(cfg.ExpectedPerWindow, cfg.FalsePositiveRate, bloom.PlanOptions{MinShards: cfg.Shards})
+	if err != nil {
+		return nil, fmt.Errorf("DEDUPE_EXPECTED_PER_WINDOW, DEDUPE_FALSE_POSITIVE_RATE: %w", err)
+	}
+	mode, err := bloom.ParseMode(cfg.WindowMode)
+	if err != nil {
+		return nil, err
+	}
+	return bloom.New(rc, bloom.Config{
+		Pipeline:    cfg.Pipeline,
+		Plan:        plan,
+		Windows:     bloom.Windows{Length: cfg.Window, Mode: mode, Grace: cfg.WindowGrace},
+		CallTimeout: cfg.RedisTimeout,
+	})
+}
+
+// Run runs one worker until ctx is cancelled, then shuts down in order:
+// stop fetching, finish the batch in hand, produce, commit, leave the
+// group, close the producers and Redis, stop serving HTTP. The shutdown
+// is bounded by cfg.ShutdownTimeout plus a few seconds.
+func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
+	log = log.With(zap.String("pipeline", cfg.Pipeline))
+	rc := NewRedis(cfg)
+	defer rc.Close()
+	filter, err := NewFilter(cfg, rc)
+	if err != nil {
+		return err
+	}
+	plan := filter.Plan()
+	log.Info("filter planned", zap.Int64("expected_per_window", plan.Elements), zap.Float64("target_fpr", plan.TargetFPR),
+		zap.Float64("achieved_fpr", plan.AchievedFPR), zap.Int("words", plan.Layout.Words), zap.Int("bits_per_word", plan.Layout.BitsPerWord),
+		zap.Int("shards", plan.Shards), zap.Uint64("bytes_per_window", plan.Memory), zap.String("key_tag", filter.Tag()))
+	if err := filter.CheckCapacity(ctx); errors.Is(err, bloom.ErrInvalidPlan) {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := consumer.NewMetrics(reg, cfg.Pipeline)
+	fg := newFilterGauges(reg, cfg.Pipeline)
+
+	ex, err := consumer.NewExtractor(cfg.IDField, cfg.TimeField)
+	if err != nil {
+		return err
+	}
+	out := sink.New(sink.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, BatchSize: cfg.BatchSize, Timeout: cfg.KafkaTimeout, Logger: log})
+	dlq := sink.New(sink.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.DLQTopic, BatchSize: cfg.BatchSize, Timeout: cfg.KafkaTimeout, Logger: log})
+	w, err := consumer.New(consumer.Config{
+		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID,
+		BatchSize: cfg.BatchSize, BatchLinger: cfg.BatchLinger, KafkaTimeout: cfg.KafkaTimeout,
+		ShutdownTimeout: cfg.ShutdownTimeout, Extractor: ex, Logger: log, Metrics: metrics,
+	}, filter, out, dlq)
+	if err != nil {
+		return err
+	}
+
+	srv, addr, err := serve(cfg.HTTPAddr, reg, w.Ready, log)
+	if err != nil {
+		return err
+	}
+	log.Info("serving", zap.String("http", addr))
+
+	// Maintenance: create the next bucket's keys ahead of time and export
+	// filter statistics.
+	mctx, stopMaint := context.WithCancel(ctx)
+	maintDone := make(chan struct{})
+	go func() {
+		defer close(maintDone)
+		maintain(mctx, filter, cfg.Window, fg, log)
+	}()
+
+	runErr := w.Run(ctx)
+	stopMaint()
+	<-maintDone
+	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	errs := []error{runErr, out.Close(), dlq.Close(), srv.Shutdown(closeCtx)}
+	log.Info("stopped")
+	return errors.Join(errs...)
+}
+
+// serve starts the HTTP endpoints on addr and returns the address bound.
+func serve(addr string, reg *prometheus.Registry, ready func() bool, log *zap.Logger) (*http.Server, string, error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("DEDUPE_HTTP_ADDR %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", zap.Error(err))
+		}
+	}()
+	return srv, l.Addr().String(), nil
+}
+
+type filterGauges struct {
+	fill, fpr, elements, ttl *prometheus.GaugeVec
+}
+
+func newFilterGauges(reg prometheus.Registerer, pipeline string) *filterGauges {
+	l := prometheus.Labels{"pipeline": pipeline}
+	labels := []string{"window", "shard"}
+	g := &filterGauges{
+		fill: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_fill_ratio",
+			Help: "Set bits over all bits, per window (current, previous) and shard.", ConstLabels: l}, labels),
+		fpr: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_false_positive_rate",
+			Help: "Estimated false-positive rate at the current fill.", ConstLabels: l}, labels),
+		elements: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_estimated_elements",
+			Help: "Elements estimated from the set bits.", ConstLabels: l}, labels),
+		ttl: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_ttl_seconds",
+			Help: "Time the window's key has left.", ConstLabels: l}, labels),
+	}
+	reg.MustRegister(g.fill, g.fpr, g.elements, g.ttl)
+	return g
+}
+
+func maintain(ctx context.Context, f *bloom.Filter, window time.Duration, g *filterGauges, log *zap.Logger) {
+	tick := time.NewTicker(30 * time.Second)
+	defer tick.Stop()
+	for {
+		now := time.Now()
+		if err := f.Preallocate(ctx, now); err != nil && ctx.Err() == nil {
+			log.Warn("preallocating the current window", zap.Error(err))
+		}
+		if err := f.Preallocate(ctx, now.Add(window)); err != nil && ctx.Err() == nil {
+			log.Warn("preallocating the next window", zap.Error(err))
+		}
+		if st, err := f.Stats(ctx, now); err == nil {
+			cur := f.Plan().Shards
+			for i, s := range st {
+				win := "current"
+				if i >= cur {
+					win = "previous"
+				}
+				shard := strconv.Itoa(s.Shard)
+				g.fill.WithLabelValues(win, shard).Set(s.Fill)
+				g.fpr.WithLabelValues(win, shard).Set(s.FPR)
+				g.elements.WithLabelValues(win, shard).Set(s.Elements)
+				g.ttl.WithLabelValues(win, shard).Set(s.TTL.Seconds())
+			}
+		} else if ctx.Err() == nil {
+			log.Warn("reading filter stats", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}

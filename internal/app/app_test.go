@@ -1,0 +1,135 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+
+	"dedupe-worker/config"
+	"dedupe-worker/internal/redisproc/redistest"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func get(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The whole worker from its configuration: it becomes ready, forwards,
+// exports metrics, turns unready while Redis is stalled and ready again
+// after, and stops within its bound when cancelled.
+func TestRunLifecycle(t *testing.T) {
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in", "out", "dlq"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	srv := redistest.Server(t)
+	cfg := config.Config{
+		Pipeline: "life", KafkaBrokers: broker.ListenAddrs(), InputTopic: "in", OutputTopic: "out", DLQTopic: "dlq",
+		GroupID: "dedupe-life", RedisAddrs: []string{srv.Addr}, IDField: "id", Window: 10 * time.Minute, WindowMode: "rolling",
+		WindowGrace: time.Minute, ExpectedPerWindow: 100_000, FalsePositiveRate: 1e-6, Shards: 1, BatchSize: 100,
+		BatchLinger: 20 * time.Millisecond, HTTPAddr: freeAddr(t), LogLevel: "warn", RedisTimeout: 300 * time.Millisecond,
+		KafkaTimeout: 5 * time.Second, ShutdownTimeout: 10 * time.Second,
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel))) }()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.ListenAddrs()...), kgo.DefaultProduceTopic("in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	produce := func(from, to int) {
+		var recs []*kgo.Record
+		for i := from; i < to; i++ {
+			recs = append(recs, &kgo.Record{Value: []byte(fmt.Sprintf(`{"id":"e%d"}`, i%((to-from)/2+from)))})
+		}
+		recs = append(recs, &kgo.Record{Value: []byte(`garbage`)})
+		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := "http://" + cfg.HTTPAddr
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	metric := func(name string) string {
+		_, body := get(base + "/metrics")
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, name) {
+				return line
+			}
+		}
+		return ""
+	}
+
+	produce(0, 200)
+	waitFor("readiness", func() bool { c, _ := get(base + "/readyz"); return c == 200 })
+	if c, _ := get(base + "/healthz"); c != 200 {
+		t.Fatalf("healthz %d", c)
+	}
+	waitFor("201 events counted", func() bool { return strings.HasSuffix(metric("dedupe_events_in_total"), " 201") })
+	if got := metric(`dedupe_verdicts_total{pipeline="life",verdict="first_seen"}`); !strings.HasSuffix(got, " 100") {
+		t.Errorf("first seen: %q", got)
+	}
+	if got := metric(`dedupe_events_dead_lettered_total{pipeline="life",reason="not_json"}`); !strings.HasSuffix(got, " 1") {
+		t.Errorf("dead letters: %q", got)
+	}
+
+	// Redis stalls: the next batch cannot be decided, readiness drops, and
+	// comes back when Redis does.
+	srv.Pause()
+	produce(200, 260)
+	waitFor("unready while Redis is stalled", func() bool { c, _ := get(base + "/readyz"); return c == 503 })
+	srv.Resume()
+	waitFor("ready again", func() bool { c, _ := get(base + "/readyz"); return c == 200 })
+	waitFor("all 262 events counted", func() bool { return strings.HasSuffix(metric("dedupe_events_in_total"), " 262") })
+
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(cfg.ShutdownTimeout + 10*time.Second):
+		t.Fatal("Run did not return within its shutdown bound")
+	}
+	t.Logf("stopped in %v", time.Since(start))
+}
