@@ -15,8 +15,9 @@ import (
 )
 
 // MaxJSONDepth bounds the nesting of JSON payloads: deeper input goes to
-// the dead-letter topic instead of recursing in the parser.
-const MaxJSONDepth = 64
+// the dead-letter topic instead of recursing that deep in the parser. A
+// payload shorter than this cannot nest deeper, so it is not scanned.
+const MaxJSONDepth = 256
 
 // Extractor reads the element ID and event time of a message.
 type Extractor struct {
@@ -71,7 +72,7 @@ var (
 // deduplicated. The ID may alias m's memory.
 func (e *Extractor) Extract(m *kafka.Message) ([]byte, time.Time, error) {
 	if e.needJSON {
-		if depthExceeds(m.Value, MaxJSONDepth) {
+		if len(m.Value) > MaxJSONDepth && depthExceeds(m.Value, MaxJSONDepth) {
 			return nil, time.Time{}, ErrTooDeep
 		}
 		if !gjson.ValidBytes(m.Value) {

@@ -70,7 +70,7 @@ func FuzzExtract(f *testing.F) {
 	for _, s := range []string{
 		`{"click_id":"c1","ts":1795255200}`, `{"click_id":12,"ts":"2026-11-21T10:00:00Z"}`,
 		`{"click_id":null}`, `[]`, `{"click_id":"a","click_id":"b"}`, "\xff\xfe", `{"click_id":{"x":[1,2,{"y":"z"}]}}`,
-		strings.Repeat(`{"a":`, 70), `{"click_id":"\u00e9\ud800","ts":1e12}`, `{"ts":99999999999999999999}`,
+		strings.Repeat(`{"a":`, 300), `{"click_id":"\u00e9\ud800","ts":1e12}`, `{"ts":99999999999999999999}`,
 	} {
 		f.Add([]byte(s))
 	}

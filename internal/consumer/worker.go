@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -140,20 +141,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	})
 	var runErr error
 	for {
-		batch := w.fetch(ctx, r)
+		batch, fetched := w.fetch(ctx, r)
 		if len(batch) > 0 {
-			pctx := ctx
-			var cancel context.CancelFunc = func() {}
-			if ctx.Err() != nil {
-				pctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), w.cfg.ShutdownTimeout)
-			}
-			err := w.process(pctx, r, batch)
+			// The batch in hand is finished even if ctx is cancelled while it
+			// is processed, within ShutdownTimeout of the cancellation.
+			pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			stop := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.ShutdownTimeout, cancel) })
+			err := w.process(pctx, r, batch, fetched)
+			stop()
 			cancel()
 			if err != nil {
-				if ctx.Err() == nil {
-					// Only a cancelled context stops process; keep going.
-					continue
-				}
 				runErr = fmt.Errorf("finishing the batch in hand at shutdown: %w", err)
 				break
 			}
@@ -181,41 +178,48 @@ func (w *Worker) Run(ctx context.Context) error {
 // fetch collects up to BatchSize messages: it waits for the first as long
 // as it takes, then at most BatchLinger for the rest. Cancelling ctx ends
 // the batch early; the messages fetched so far are returned.
-func (w *Worker) fetch(ctx context.Context, r *kafka.Reader) []kafka.Message {
+func (w *Worker) fetch(ctx context.Context, r *kafka.Reader) ([]kafka.Message, []time.Time) {
 	var batch []kafka.Message
-	var deadline time.Time
+	var fetched []time.Time
+	// The linger timer cancels lctx; one timer per batch, not a deadline
+	// context per message.
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var linger *time.Timer
+	defer func() {
+		if linger != nil {
+			linger.Stop()
+		}
+	}()
 	backoff := newBackoff()
 	for len(batch) < w.cfg.BatchSize {
-		fctx, cancel := ctx, context.CancelFunc(func() {})
-		if len(batch) > 0 {
-			fctx, cancel = context.WithDeadline(ctx, deadline)
-		}
-		m, err := r.FetchMessage(fctx)
-		cancel()
+		m, err := r.FetchMessage(lctx)
 		if err != nil {
-			if ctx.Err() != nil || (len(batch) > 0 && errors.Is(err, context.DeadlineExceeded)) {
-				return batch
+			if lctx.Err() != nil { // ctx cancelled, or the linger is over
+				return batch, fetched
 			}
 			w.ready.Store(false)
 			w.log.Warn("fetching", zap.String("topic", w.cfg.Topic), zap.Error(err))
-			if !backoff.wait(ctx) {
-				return batch
+			if !backoff.wait(lctx) {
+				return batch, fetched
 			}
 			continue
 		}
 		w.ready.Store(true)
+		now := time.Now()
 		if len(batch) == 0 {
-			deadline = time.Now().Add(w.cfg.BatchLinger)
+			linger = time.AfterFunc(w.cfg.BatchLinger, cancel)
 		}
 		batch = append(batch, m)
+		fetched = append(fetched, now)
 	}
-	return batch
+	return batch, fetched
 }
 
 // process deduplicates, forwards, dead-letters and commits one batch.
 // Failing calls are retried until ctx ends.
-func (w *Worker) process(ctx context.Context, r *kafka.Reader, batch []kafka.Message) error {
-	start := time.Now()
+func (w *Worker) process(ctx context.Context, r *kafka.Reader, batch []kafka.Message, fetched []time.Time) error {
+	start := fetched[0]
 	w.m.eventsIn.Add(float64(len(batch)))
 	elems := make([]bloom.Element, 0, len(batch))
 	idx := make([]int, 0, len(batch))
@@ -246,10 +250,13 @@ func (w *Worker) process(ctx context.Context, r *kafka.Reader, batch []kafka.Mes
 		}
 	}
 	out := make([]kafka.Message, 0, len(elems))
+	var hb headerBuf
 	for k, v := range verdicts {
 		w.m.verdicts.WithLabelValues(v.String()).Inc()
 		if v.Forward() {
-			out = append(out, forward(&batch[idx[k]], elems[k].ID))
+			m := &batch[idx[k]]
+			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
+				Headers: hb.with(m, kafka.Header{Key: IDHeader, Value: elems[k].ID})})
 		}
 	}
 	if err := w.retry(ctx, "producing", func(ctx context.Context) error { return w.out.Write(ctx, out) }); err != nil {
@@ -259,7 +266,11 @@ func (w *Worker) process(ctx context.Context, r *kafka.Reader, batch []kafka.Mes
 		return err
 	}
 	w.m.forwarded.Add(float64(len(out)))
-	latency := time.Since(start)
+	acked := time.Now()
+	latency := acked.Sub(start)
+	for _, f := range fetched {
+		w.m.fetchToProduce.Observe(acked.Sub(f).Seconds())
+	}
 	// A failed commit loses nothing: the batch is read again and its
 	// decisions are replayed. After a rebalance the commit is refused, so
 	// it is tried a few times only.
@@ -323,13 +334,33 @@ func source(m *kafka.Message) kafka.Header {
 	return kafka.Header{Key: sink.SourceHeader, Value: sink.Source(m.Topic, m.Partition, m.Offset)}
 }
 
-// forward is the output message: the input's key, value and headers, and
-// where it came from.
-func forward(m *kafka.Message, id []byte) kafka.Message {
-	h := make([]kafka.Header, 0, len(m.Headers)+2)
-	h = append(h, m.Headers...)
-	h = append(h, source(m), kafka.Header{Key: IDHeader, Value: append([]byte(nil), id...)})
-	return kafka.Message{Key: m.Key, Value: m.Value, Headers: h, Time: m.Time}
+// headerBuf hands out the headers of forwarded messages from a few large
+// allocations instead of several small ones per message: the input's
+// headers, then dedupe-source, then extra. The ID aliases the input
+// message, which lives as long as the batch.
+type headerBuf struct {
+	headers []kafka.Header
+	bytes   []byte
+}
+
+func (b *headerBuf) with(m *kafka.Message, extra kafka.Header) []kafka.Header {
+	n := len(m.Headers) + 2
+	if cap(b.headers)-len(b.headers) < n {
+		b.headers = make([]kafka.Header, 0, max(n, 2048))
+	}
+	if cap(b.bytes)-len(b.bytes) < len(m.Topic)+42 {
+		b.bytes = make([]byte, 0, 64<<10)
+	}
+	start := len(b.bytes)
+	b.bytes = append(b.bytes, m.Topic...)
+	b.bytes = append(b.bytes, '/')
+	b.bytes = strconv.AppendInt(b.bytes, int64(m.Partition), 10)
+	b.bytes = append(b.bytes, '/')
+	b.bytes = strconv.AppendInt(b.bytes, m.Offset, 10)
+	h := append(b.headers, m.Headers...)
+	h = append(h, kafka.Header{Key: sink.SourceHeader, Value: b.bytes[start:len(b.bytes):len(b.bytes)]}, extra)
+	b.headers = h[len(h):]
+	return h[:len(h):len(h)]
 }
 
 // deadLetter is the input unchanged, with the reason and its source.
