@@ -111,6 +111,12 @@ func TestRunLifecycle(t *testing.T) {
 	if got := metric(`dedupe_events_dead_lettered_total{pipeline="life",reason="not_json"}`); !strings.HasSuffix(got, " 1") {
 		t.Errorf("dead letters: %q", got)
 	}
+	for _, name := range []string{"dedupe_consumer_lag{", "dedupe_fetch_to_produce_seconds_count", "dedupe_redis_call_seconds_count",
+		"dedupe_batch_size_count", "dedupe_filter_fill_ratio{", "dedupe_filter_false_positive_rate{"} {
+		if metric(name) == "" {
+			t.Errorf("no metric %s", name)
+		}
+	}
 
 	// Redis stalls: the next batch cannot be decided, readiness drops, and
 	// comes back when Redis does.

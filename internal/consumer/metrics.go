@@ -15,6 +15,7 @@ type Metrics struct {
 	// fetchToProduce is per message: from its fetch to the acknowledgement
 	// of the output (and dead letters) of its batch.
 	fetchToProduce prometheus.Histogram
+	lag            *prometheus.GaugeVec
 }
 
 // LatencyBuckets are fine enough (25% apart) to read p50 and p99 from.
@@ -43,8 +44,11 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	}
 	m.fetchToProduce = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_fetch_to_produce_seconds",
 		Help: "Per message, from its fetch to the acknowledgement of its batch's output.", ConstLabels: l, Buckets: LatencyBuckets})
+	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_consumer_lag",
+		Help: "Messages behind the partition's high watermark after the last batch this replica processed.", ConstLabels: l}, []string{"partition"})
 	if reg != nil {
-		reg.MustRegister(m.eventsIn, m.forwarded, m.verdicts, m.deadLettered, m.errors, m.batchSize, m.batchSeconds, m.redisSeconds, m.fetchToProduce)
+		reg.MustRegister(m.eventsIn, m.forwarded, m.verdicts, m.deadLettered, m.errors, m.batchSize, m.batchSeconds, m.redisSeconds,
+			m.fetchToProduce, m.lag)
 	}
 	return m
 }

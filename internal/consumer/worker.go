@@ -290,6 +290,14 @@ func (w *Worker) process(ctx context.Context, r *kafka.Reader, batch []kafka.Mes
 	}
 	w.m.batchSize.Observe(float64(len(batch)))
 	w.m.batchSeconds.Observe(latency.Seconds())
+	// Lag per partition, from the last message of each partition.
+	last := map[int]*kafka.Message{}
+	for i := range batch {
+		last[batch[i].Partition] = &batch[i]
+	}
+	for p, m := range last {
+		w.m.lag.WithLabelValues(strconv.Itoa(p)).Set(float64(max(m.HighWaterMark-m.Offset-1, 0)))
+	}
 	return nil
 }
 

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"dedupe-worker/internal/redisproc/redistest"
+)
+
+func build(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "dedupe-worker")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func baseEnv(brokers, redisAddr, httpAddr string) []string {
+	return append(os.Environ(),
+		"DEDUPE_PIPELINE=bin", "DEDUPE_KAFKA_BROKERS="+brokers, "DEDUPE_INPUT_TOPIC=in", "DEDUPE_OUTPUT_TOPIC=out",
+		"DEDUPE_DLQ_TOPIC=dlq", "DEDUPE_REDIS_ADDRS="+redisAddr, "DEDUPE_ID_FIELD=id", "DEDUPE_EXPECTED_PER_WINDOW=100000",
+		"DEDUPE_HTTP_ADDR="+httpAddr, "DEDUPE_SHUTDOWN_TIMEOUT=10s", "DEDUPE_LOG_LEVEL=warn")
+}
+
+// The real binary: it starts, becomes ready, and on SIGTERM finishes and
+// exits 0 within its shutdown bound.
+func TestBinarySIGTERM(t *testing.T) {
+	bin := build(t)
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in", "out", "dlq"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	srv := redistest.Server(t)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	httpAddr := l.Addr().String()
+	l.Close()
+
+	cmd := exec.Command(bin)
+	cmd.Env = baseEnv(strings.Join(broker.ListenAddrs(), ","), srv.Addr, httpAddr)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+
+	cl, _ := kgo.NewClient(kgo.SeedBrokers(broker.ListenAddrs()...), kgo.DefaultProduceTopic("in"))
+	defer cl.Close()
+	var recs []*kgo.Record
+	for i := 0; i < 500; i++ {
+		recs = append(recs, &kgo.Record{Value: []byte(fmt.Sprintf(`{"id":"x%d"}`, i%300))})
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never ready; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit: %v; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no exit 20s after SIGTERM; stderr:\n%s", stderr.String())
+	}
+	t.Logf("exited 0, %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+}
+
+// A bad variable stops the start with exit code 2 and one line naming it.
+func TestBinaryBadConfig(t *testing.T) {
+	bin := build(t)
+	cmd := exec.Command(bin)
+	cmd.Env = append(baseEnv("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:0"), "DEDUPE_WINDOW=soon")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("exit %v, want 2", err)
+	}
+	msg := strings.TrimSpace(stderr.String())
+	if strings.Count(msg, "\n") != 0 || !strings.Contains(msg, "DEDUPE_WINDOW") {
+		t.Fatalf("stderr %q: want one line naming DEDUPE_WINDOW", msg)
+	}
+}
+
+func TestPlanCommand(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"plan", "-n", "7000000", "-p", "1e-6"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "4x4") || !strings.Contains(out.String(), "8.2e-07") {
+		t.Fatalf("plan output:\n%s", out.String())
+	}
+}
