@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +120,49 @@ func TestParseIDField(t *testing.T) {
 		if err != nil || got.Kind != want.Kind || got.Header != want.Header || strings.Join(got.Path, ".") != strings.Join(want.Path, ".") {
 			t.Errorf("ParseIDField(%q) = %+v, %v", in, got, err)
 		}
+	}
+}
+
+// The README's configuration table lists every variable with the default
+// of the struct; a field added or a default changed without the README
+// fails here.
+func TestREADMETableMatchesStruct(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{} // variable -> default cell
+	for _, line := range strings.Split(string(readme), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`DEDUPE_") {
+			continue
+		}
+		rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = strings.TrimSpace(cells[2])
+	}
+	typ := reflect.TypeOf(Config{})
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		name := Prefix + "_" + f.Tag.Get("envconfig")
+		cell, ok := rows[name]
+		if !ok {
+			t.Errorf("README has no row for %s", name)
+			continue
+		}
+		delete(rows, name)
+		switch {
+		case f.Tag.Get("required") == "true":
+			if cell != "required" {
+				t.Errorf("%s is required; README says %q", name, cell)
+			}
+		case f.Tag.Get("default") != "":
+			if want := "`" + f.Tag.Get("default") + "`"; cell != want {
+				t.Errorf("%s defaults to %s; README says %q", name, want, cell)
+			}
+		case cell == "":
+			t.Errorf("%s: README gives no default", name)
+		}
+	}
+	for name := range rows {
+		t.Errorf("README lists %s, which the configuration does not have", name)
 	}
 }

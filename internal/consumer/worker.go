@@ -112,10 +112,10 @@ func New(cfg Config, filter Filter, out, dlq Producer) (*Worker, error) {
 func (w *Worker) Ready() bool { return w.ready.Load() }
 
 // Run consumes until ctx is cancelled, then stops fetching, finishes the
-// batch in hand (forward, dead-letter, commit), leaves the group and
-// returns nil, all within ShutdownTimeout. It returns an error only when
-// the batch in hand could not be finished; its offsets are then not
-// committed and the batch is read again by whoever owns the partitions.
+// batches in hand (decide, forward, dead-letter, commit), leaves the group
+// and returns nil, all within ShutdownTimeout. It returns an error only
+// when a batch in hand could not be finished; its offsets are then not
+// committed and it is read again by whoever owns the partitions.
 func (w *Worker) Run(ctx context.Context) error {
 	kl := w.log.With(zap.String("topic", w.cfg.Topic), zap.String("group", w.cfg.GroupID))
 	r := kafka.NewReader(kafka.ReaderConfig{
@@ -139,25 +139,45 @@ func (w *Worker) Run(ctx context.Context) error {
 		Logger:            kafka.LoggerFunc(func(f string, a ...any) { kl.Debug(fmt.Sprintf(f, a...)) }),
 		ErrorLogger:       kafka.LoggerFunc(func(f string, a ...any) { kl.Warn(fmt.Sprintf(f, a...)) }),
 	})
+	// Two stages: this goroutine fetches and decides batch n+1 while
+	// deliver produces and commits batch n, in order. wctx outlives ctx by
+	// ShutdownTimeout, so the batches in hand are finished on shutdown.
+	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer wcancel()
+	stopTimer := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.ShutdownTimeout, wcancel) })
+	defer stopTimer()
+	decidedCh := make(chan *decided, 1)
+	delivered := make(chan error, 1)
+	go func() {
+		var err error
+		for d := range decidedCh {
+			if err == nil { // after a failure, later batches are not delivered out of order
+				err = w.deliver(wctx, r, d)
+			}
+		}
+		delivered <- err
+	}()
 	var runErr error
 	for {
 		batch, fetched := w.fetch(ctx, r)
 		if len(batch) > 0 {
-			// The batch in hand is finished even if ctx is cancelled while it
-			// is processed, within ShutdownTimeout of the cancellation.
-			pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-			stop := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.ShutdownTimeout, cancel) })
-			err := w.process(pctx, r, batch, fetched)
-			stop()
-			cancel()
+			d, err := w.decide(wctx, batch, fetched)
 			if err != nil {
-				runErr = fmt.Errorf("finishing the batch in hand at shutdown: %w", err)
+				runErr = err
 				break
 			}
+			decidedCh <- d
 		}
 		if ctx.Err() != nil {
 			break
 		}
+	}
+	close(decidedCh)
+	if err := <-delivered; err != nil && runErr == nil {
+		runErr = err
+	}
+	if runErr != nil {
+		runErr = fmt.Errorf("finishing the batches in hand at shutdown: %w", runErr)
 	}
 	w.ready.Store(false)
 	// Nothing is fetching or committing now, so Close cannot hang on a
@@ -216,19 +236,27 @@ func (w *Worker) fetch(ctx context.Context, r *kafka.Reader) ([]kafka.Message, [
 	return batch, fetched
 }
 
-// process deduplicates, forwards, dead-letters and commits one batch.
-// Failing calls are retried until ctx ends.
-func (w *Worker) process(ctx context.Context, r *kafka.Reader, batch []kafka.Message, fetched []time.Time) error {
-	start := fetched[0]
+// decided is a batch with its verdicts applied: what to forward and what
+// to dead-letter.
+type decided struct {
+	batch   []kafka.Message
+	fetched []time.Time
+	out     []kafka.Message
+	dead    []kafka.Message
+}
+
+// decide extracts the IDs of a batch and runs its test-and-set, retrying
+// until it succeeds or ctx ends.
+func (w *Worker) decide(ctx context.Context, batch []kafka.Message, fetched []time.Time) (*decided, error) {
 	w.m.eventsIn.Add(float64(len(batch)))
+	d := &decided{batch: batch, fetched: fetched}
 	elems := make([]bloom.Element, 0, len(batch))
 	idx := make([]int, 0, len(batch))
-	var dead []kafka.Message
 	for i := range batch {
 		m := &batch[i]
 		id, at, err := w.cfg.Extractor.Extract(m)
 		if err != nil {
-			dead = append(dead, deadLetter(m, err))
+			d.dead = append(d.dead, deadLetter(m, err))
 			w.m.deadLettered.WithLabelValues(reasonLabel(err)).Inc()
 			continue
 		}
@@ -246,28 +274,35 @@ func (w *Worker) process(ctx context.Context, r *kafka.Reader, batch []kafka.Mes
 			return err
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	out := make([]kafka.Message, 0, len(elems))
+	d.out = make([]kafka.Message, 0, len(elems))
 	var hb headerBuf
 	for k, v := range verdicts {
 		w.m.verdicts.WithLabelValues(v.String()).Inc()
 		if v.Forward() {
 			m := &batch[idx[k]]
-			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
+			d.out = append(d.out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
 				Headers: hb.with(m, kafka.Header{Key: IDHeader, Value: elems[k].ID})})
 		}
 	}
-	if err := w.retry(ctx, "producing", func(ctx context.Context) error { return w.out.Write(ctx, out) }); err != nil {
+	return d, nil
+}
+
+// deliver produces a decided batch's output and dead letters, retrying
+// until acknowledged or ctx ends, then commits its offsets.
+func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *decided) error {
+	batch, fetched := d.batch, d.fetched
+	if err := w.retry(ctx, "producing", func(ctx context.Context) error { return w.out.Write(ctx, d.out) }); err != nil {
 		return err
 	}
-	if err := w.retry(ctx, "dead-lettering", func(ctx context.Context) error { return w.dlq.Write(ctx, dead) }); err != nil {
+	if err := w.retry(ctx, "dead-lettering", func(ctx context.Context) error { return w.dlq.Write(ctx, d.dead) }); err != nil {
 		return err
 	}
-	w.m.forwarded.Add(float64(len(out)))
+	w.m.forwarded.Add(float64(len(d.out)))
 	acked := time.Now()
-	latency := acked.Sub(start)
+	latency := acked.Sub(fetched[0])
 	for _, f := range fetched {
 		w.m.fetchToProduce.Observe(acked.Sub(f).Seconds())
 	}
