@@ -2,16 +2,20 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
@@ -126,6 +130,42 @@ func TestRunLifecycle(t *testing.T) {
 	srv.Resume()
 	waitFor("ready again", func() bool { c, _ := get(base + "/readyz"); return c == 200 })
 	waitFor("all 262 events counted", func() bool { return strings.HasSuffix(metric("dedupe_events_in_total"), " 262") })
+
+	// Kafka refuses the worker's produce requests to the output topic for
+	// three seconds: the worker retries, is not ready meanwhile, and
+	// forwards everything after.
+	var until atomic.Int64
+	var injected atomic.Int64
+	broker.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		broker.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		if len(pr.Topics) > 0 && pr.Topics[0].Topic == "out" && time.Now().UnixNano() < until.Load() {
+			injected.Add(1)
+			return nil, errors.New("injected produce failure"), true
+		}
+		return nil, nil, false
+	})
+	until.Store(time.Now().Add(3 * time.Second).UnixNano())
+	produce(262, 322)
+	waitFor("unready while Kafka refuses produces", func() bool { c, _ := get(base + "/readyz"); return c == 503 })
+	waitFor("ready after Kafka recovers", func() bool { c, _ := get(base + "/readyz"); return c == 200 })
+	waitFor("all 323 events counted", func() bool { return strings.HasSuffix(metric("dedupe_events_in_total"), " 323") })
+	// Everything decided "forward" (first seen, or a replay of a first-seen
+	// decision after the stalled call above) has been produced.
+	value := func(line string) int {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			return 0
+		}
+		n, _ := strconv.Atoi(f[1])
+		return n
+	}
+	waitFor("every event decided forward produced", func() bool {
+		want := value(metric(`dedupe_verdicts_total{pipeline="life",verdict="first_seen"}`)) +
+			value(metric(`dedupe_verdicts_total{pipeline="life",verdict="replayed_first_seen"}`))
+		return want > 0 && value(metric("dedupe_events_forwarded_total")) == want
+	})
+	t.Logf("%d produce requests refused", injected.Load())
 
 	start := time.Now()
 	cancel()
