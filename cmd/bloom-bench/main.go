@@ -16,7 +16,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -126,12 +125,7 @@ type result struct {
 }
 
 func run(ctx context.Context, o options) error {
-	dir, err := os.MkdirTemp("", "bloom-bench")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := redisproc.Start(ctx, filepath.Join(dir, "redis"))
+	srv, err := redisproc.StartTemp(ctx)
 	if err != nil {
 		return err
 	}

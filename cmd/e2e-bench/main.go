@@ -23,7 +23,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -160,12 +159,7 @@ func orchestrate(o options) error {
 	}
 	brokers := "127.0.0.1:" + strconv.Itoa(port)
 
-	dir, err := os.MkdirTemp("", "e2e-bench")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := redisproc.Start(ctx, filepath.Join(dir, "redis"))
+	srv, err := redisproc.StartTemp(ctx)
 	if err != nil {
 		return err
 	}

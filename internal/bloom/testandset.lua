@@ -74,6 +74,14 @@ local function getWords(key, xs, n, j1, j2)
 	return bitfield(key, args, m, 3)
 end
 
+-- holds reports whether word value v has every bit of mask mk, testing the
+-- high and the low 26 bits with Lua's 32-bit bit library.
+local function holds(v, mk)
+	local l, ml = v % HALF, mk % HALF
+	local mh = (mk - ml) / HALF
+	return band((v - l) / HALF, mh) == mh and band(l, ml) == ml
+end
+
 local function expireNotBefore(key, at)
 	if redis.call('EXPIREAT', key, at, 'NX') == 0 then
 		redis.call('EXPIREAT', key, at, 'GT')
@@ -150,13 +158,7 @@ for g = 1, nb do
 				local x = xs[k]
 				local base, vb = (x - 1) * stride + 1, (k - 1) * W
 				for j = 1, W do
-					local v = vals[vb + j]
-					local l = v % HALF
-					local h = (v - l) / HALF
-					local mk = el[base + 1 + j]
-					local ml = mk % HALF
-					local mh = (mk - ml) / HALF
-					if band(h, mh) ~= mh or band(l, ml) ~= ml then
+					if not holds(vals[vb + j], el[base + 1 + j]) then
 						nc = nc + 1
 						cand[nc] = x
 						break
@@ -168,13 +170,7 @@ for g = 1, nb do
 			for i = 1, nc do
 				local x = cand[i]
 				local base = (x - 1) * stride + 1
-				local v = prevCache[wordOffs[wordBase[x] + 1]] or first[i]
-				local l = v % HALF
-				local h = (v - l) / HALF
-				local mk = el[base + 2]
-				local ml = mk % HALF
-				local mh = (mk - ml) / HALF
-				if band(h, mh) == mh and band(l, ml) == ml then
+				if holds(prevCache[wordOffs[wordBase[x] + 1]] or first[i], el[base + 2]) then
 					nm = nm + 1
 					more[nm] = x
 				end
@@ -185,13 +181,7 @@ for g = 1, nb do
 				local base, wb, rb = (x - 1) * stride + 1, wordBase[x], (i - 1) * (W - 1) - 1
 				local all = true
 				for j = 2, W do
-					local v = prevCache[wordOffs[wb + j]] or rest[rb + j]
-					local l = v % HALF
-					local h = (v - l) / HALF
-					local mk = el[base + 1 + j]
-					local ml = mk % HALF
-					local mh = (mk - ml) / HALF
-					if band(h, mh) ~= mh or band(l, ml) ~= ml then
+					if not holds(prevCache[wordOffs[wb + j]] or rest[rb + j], el[base + 1 + j]) then
 						all = false
 						break
 					end
@@ -209,13 +199,7 @@ for g = 1, nb do
 			local base, wb, vb = (x - 1) * stride + 1, wordBase[x], (k - 1) * W
 			local found = true
 			for j = 1, W do
-				local v = c[wordOffs[wb + j]] or vals[vb + j]
-				local l = v % HALF
-				local h = (v - l) / HALF
-				local mk = el[base + 1 + j]
-				local ml = mk % HALF
-				local mh = (mk - ml) / HALF
-				if band(h, mh) ~= mh or band(l, ml) ~= ml then
+				if not holds(c[wordOffs[wb + j]] or vals[vb + j], el[base + 1 + j]) then
 					found = false
 					break
 				end

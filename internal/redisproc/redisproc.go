@@ -30,6 +30,8 @@ type Server struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  *bytes.Buffer
+	// ownDir: Stop removes Dir.
+	ownDir bool
 }
 
 // Start runs redis-server on a free loopback port with its files in dir
@@ -106,11 +108,29 @@ func (s *Server) start(ctx context.Context) error {
 	}
 }
 
+// StartTemp is Start in a new temporary directory, which Stop removes.
+func StartTemp(ctx context.Context, args ...string) (*Server, error) {
+	dir, err := os.MkdirTemp("", "redis")
+	if err != nil {
+		return nil, fmt.Errorf("creating redis dir: %w", err)
+	}
+	s, err := Start(ctx, dir, args...)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s.ownDir = true
+	return s, nil
+}
+
 // Restart starts the server again on the same address and directory.
 func (s *Server) Restart(ctx context.Context) error { return s.start(ctx) }
 
 // Stop shuts the server down with SIGTERM, killing it after 5 s.
 func (s *Server) Stop() error {
+	if s.ownDir {
+		defer os.RemoveAll(s.Dir)
+	}
 	if s.cmd == nil || s.cmd.Process == nil {
 		return nil
 	}
