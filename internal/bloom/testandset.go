@@ -87,6 +87,9 @@ type batch struct {
 	buckets []byte
 	scratch []byte
 	bgroups []bucketGroup
+	groupOf map[groupKey]int
+	groups  []groupCount
+	member  []int
 }
 
 type bucketGroup struct {
@@ -94,7 +97,7 @@ type bucketGroup struct {
 	bucket int64
 }
 
-var batchPool = sync.Pool{New: func() any { return &batch{keyIdx: map[string]int{}} }}
+var batchPool = sync.Pool{New: func() any { return &batch{keyIdx: map[string]int{}, groupOf: map[groupKey]int{}} }}
 
 func getBatch() *batch { return batchPool.Get().(*batch) }
 
@@ -138,17 +141,72 @@ func (f *Filter) prepare(b *batch, elems []Element) error {
 		f.locate(e.ID, &it.loc)
 		b.order[i] = i
 	}
-	slices.SortFunc(b.order, func(x, y int) int {
-		a, c := &b.items[x], &b.items[y]
-		return cmp.Or(cmp.Compare(a.loc.shard, c.loc.shard), cmp.Compare(a.src.Topic, c.src.Topic),
-			cmp.Compare(a.src.Partition, c.src.Partition), cmp.Compare(a.src.Offset, c.src.Offset))
+	// Order by (shard, topic, partition), keeping arrival order inside a
+	// group (a stable counting sort: a batch has few groups), then by offset,
+	// which Kafka input already has.
+	clear(b.groupOf)
+	b.groups = b.groups[:0]
+	b.member = slices.Grow(b.member[:0], len(elems))[:len(elems)]
+	for i := range b.items {
+		it := &b.items[i]
+		k := groupKey{it.loc.shard, it.src.Topic, it.src.Partition}
+		g, ok := b.groupOf[k]
+		if !ok {
+			g = len(b.groups)
+			b.groupOf[k] = g
+			b.groups = append(b.groups, groupCount{key: k})
+		}
+		b.groups[g].n++
+		b.member[i] = g
+	}
+	rank := make([]int, len(b.groups))
+	for i := range rank {
+		rank[i] = i
+	}
+	slices.SortFunc(rank, func(x, y int) int {
+		a, c := b.groups[x].key, b.groups[y].key
+		return cmp.Or(cmp.Compare(a.shard, c.shard), cmp.Compare(a.topic, c.topic), cmp.Compare(a.partition, c.partition))
 	})
-	for k := 1; k < len(b.order); k++ {
-		if *b.items[b.order[k]].src == *b.items[b.order[k-1]].src {
-			return fmt.Errorf("%w: source %v appears twice in the batch", ErrInvalidElement, *b.items[b.order[k]].src)
+	start := 0
+	for _, g := range rank {
+		b.groups[g].start = start
+		start += b.groups[g].n
+	}
+	for i := range b.items {
+		g := &b.groups[b.member[i]]
+		b.order[g.start+g.placed] = i
+		g.placed++
+	}
+	for _, g := range b.groups {
+		part := b.order[g.start : g.start+g.n]
+		sorted := true
+		for k := 1; k < len(part); k++ {
+			if b.items[part[k]].src.Offset <= b.items[part[k-1]].src.Offset {
+				sorted = false
+				break
+			}
+		}
+		if !sorted {
+			slices.SortStableFunc(part, func(x, y int) int { return cmp.Compare(b.items[x].src.Offset, b.items[y].src.Offset) })
+			for k := 1; k < len(part); k++ {
+				if b.items[part[k]].src.Offset == b.items[part[k-1]].src.Offset {
+					return fmt.Errorf("%w: source %v appears twice in the batch", ErrInvalidElement, *b.items[part[k]].src)
+				}
+			}
 		}
 	}
 	return nil
+}
+
+type groupKey struct {
+	shard     int
+	topic     string
+	partition int32
+}
+
+type groupCount struct {
+	key              groupKey
+	n, start, placed int
 }
 
 func (b *batch) key(k string) int {
@@ -163,6 +221,20 @@ func (b *batch) key(k string) int {
 // run makes one script call for the items in order (sorted by shard,
 // topic, partition, offset) and writes their verdicts into out.
 func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) error {
+	recordExpire := f.encode(b, order)
+	cctx, cancel := f.callCtx(ctx)
+	defer cancel()
+	res, err := testAndSetScript.Run(cctx, f.client, b.keys,
+		f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, f.plan.Layout.Words, b.buckets).Text()
+	if err != nil {
+		return fmt.Errorf("%w: test-and-set of %d elements on shard %d: %w", ErrRedis, len(order), b.items[order[0]].loc.shard, err)
+	}
+	return f.decode(b, order, res, out)
+}
+
+// encode builds the script's keys and arguments for the items in order
+// and returns the expiry of the decision records.
+func (f *Filter) encode(b *batch, order []int) int64 {
 	W := f.plan.Layout.Words
 	w := f.cfg.Windows
 	b.keys = b.keys[:0]
@@ -244,13 +316,11 @@ func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) 
 		}
 	}
 
-	cctx, cancel := f.callCtx(ctx)
-	defer cancel()
-	res, err := testAndSetScript.Run(cctx, f.client, b.keys,
-		f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, W, b.buckets).Text()
-	if err != nil {
-		return fmt.Errorf("%w: test-and-set of %d elements on shard %d: %w", ErrRedis, len(order), b.items[order[0]].loc.shard, err)
-	}
+	return recordExpire
+}
+
+// decode turns the script's verdict characters into out.
+func (f *Filter) decode(b *batch, order []int, res string, out []Verdict) error {
 	if len(res) != len(order) {
 		return fmt.Errorf("%w: test-and-set returned %d verdicts for %d elements", ErrRedis, len(res), len(order))
 	}

@@ -104,7 +104,13 @@ func (e *Extractor) Extract(m *kafka.Message) ([]byte, time.Time, error) {
 			if !utf8.ValidString(r.Str) {
 				return nil, time.Time{}, ErrInvalidUTF8
 			}
-			id = []byte(r.Str)
+			// Without escapes the ID is the raw bytes between the quotes:
+			// alias the message instead of copying.
+			if r.Index > 0 && len(r.Raw) == len(r.Str)+2 {
+				id = m.Value[r.Index+1 : r.Index+1+len(r.Str) : r.Index+1+len(r.Str)]
+			} else {
+				id = []byte(r.Str)
+			}
 		case gjson.Number:
 			id = []byte(r.Raw)
 		case gjson.Null:

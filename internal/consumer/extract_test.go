@@ -83,3 +83,14 @@ func FuzzExtract(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkExtract(b *testing.B) {
+	e, _ := NewExtractor("click_id", "ts")
+	m := kafka.Message{Value: []byte(`{"click_id":"c-000000123456-9f3a2b1c","ts":1795255200000,"user":"u-0012345","page":"/products/04242","ref":"campaign-042","ua":"Mozilla/5.0"}`)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := e.Extract(&m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

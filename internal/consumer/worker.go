@@ -279,12 +279,18 @@ func (w *Worker) decide(ctx context.Context, batch []kafka.Message, fetched []ti
 	}
 	d.out = make([]kafka.Message, 0, len(elems))
 	var hb headerBuf
+	var counts [bloom.Future + 1]int
 	for k, v := range verdicts {
-		w.m.verdicts.WithLabelValues(v.String()).Inc()
+		counts[v]++
 		if v.Forward() {
 			m := &batch[idx[k]]
 			d.out = append(d.out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
 				Headers: hb.with(m, kafka.Header{Key: IDHeader, Value: elems[k].ID})})
+		}
+	}
+	for v, n := range counts {
+		if n > 0 {
+			w.m.verdicts.WithLabelValues(bloom.Verdict(v).String()).Add(float64(n))
 		}
 	}
 	return d, nil
