@@ -75,10 +75,10 @@ func main() {
 	flag.StringVar(&o.brokers, "brokers", "", "internal")
 	flag.StringVar(&o.redis, "redis", "", "internal")
 	flag.IntVar(&o.port, "port", 0, "internal")
-	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the worker to this file")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write CPU profiles of the copy and the worker to this path + .copy and .worker")
 	flag.Parse()
-	if o.cpuprofile != "" && o.role == "worker" {
-		f, err := os.Create(o.cpuprofile)
+	if o.cpuprofile != "" && (o.role == "worker" || o.role == "copy") {
+		f, err := os.Create(o.cpuprofile + "." + o.role)
 		if err == nil && pprof.StartCPUProfile(f) == nil {
 			defer pprof.StopCPUProfile()
 		}
