@@ -49,7 +49,7 @@ type truth struct {
 // click (same ID and time), badShare are malformed in assorted ways.
 func produceClicks(t *testing.T, brokers []string, n int, dupShare, badShare float64) truth {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(inTopic))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(inTopic), kgo.ProducerBatchMaxBytes(2<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,16 @@ func produceClicks(t *testing.T, brokers []string, n int, dupShare, badShare flo
 	now := time.Now().UnixMilli()
 	var ids []string
 	bad := []string{`not json`, `{"click_id":null,"ts":%d}`, `{"click_id":"","ts":%d}`, `{"ts":%d}`,
-		`{"click_id":"x-%d","ts":"yesterday"}`, `{"click_id":{"a":1},"ts":%d}`, strings.Repeat("[", 300) + `%d`, "\xff\xfe%d"}
+		`{"click_id":"x-%d","ts":"yesterday"}`, `{"click_id":{"a":1},"ts":%d}`, strings.Repeat("[", 300) + `%d`, "\xff\xfe%d",
+		"{\"click_id\":\"bad-\xff\xfe\",\"ts\":%d}", `{"click_id":true,"ts":%d}`, `{"click_id":"y","ts":%d`}
+	// Valid but unusual: a number ID, a duplicated key (the first counts),
+	// an escaped ID, a 600 kB payload. Each is repeated once later.
+	odd := []struct{ id, value string }{
+		{"4242", `{"click_id":4242,"ts":%d}`},
+		{"first", `{"click_id":"first","click_id":"second","ts":%d}`},
+		{`q"uote\`, `{"click_id":"q\"uote\\","ts":%d}`},
+		{"big", `{"click_id":"big","ts":%d,"pad":"` + strings.Repeat("x", 600<<10) + `"}`},
+	}
 	var recs []*kgo.Record
 	for i := 0; i < n; i++ {
 		var v string
@@ -76,6 +85,13 @@ func produceClicks(t *testing.T, brokers []string, n int, dupShare, badShare flo
 			tr.valid[id] = true
 		}
 		recs = append(recs, &kgo.Record{Key: []byte(strconv.Itoa(i % 64)), Value: []byte(v)})
+		if i == n/3 || i == 2*n/3 {
+			for _, o := range odd {
+				recs = append(recs, &kgo.Record{Key: []byte(o.id), Value: fmt.Appendf(nil, o.value, now)})
+				tr.valid[o.id] = true
+				tr.total++
+			}
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
