@@ -68,6 +68,9 @@ type Config struct {
 	RedisTimeout time.Duration `envconfig:"REDIS_TIMEOUT" default:"5s"`
 	// KafkaTimeout bounds each Kafka call. Default: 10s.
 	KafkaTimeout time.Duration `envconfig:"KAFKA_TIMEOUT" default:"10s"`
+	// KafkaSessionTimeout is the consumer group session timeout: how long
+	// a replica that died holds its partitions. Default: 10s.
+	KafkaSessionTimeout time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT" default:"10s"`
 	// ShutdownTimeout bounds the shutdown after SIGTERM. Default: 30s.
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
 }
@@ -160,6 +163,8 @@ func (c Config) Validate() error {
 		return bad("REDIS_TIMEOUT", "%v: want 10ms to 5m", c.RedisTimeout)
 	case c.KafkaTimeout < 100*time.Millisecond || c.KafkaTimeout > 5*time.Minute:
 		return bad("KAFKA_TIMEOUT", "%v: want 100ms to 5m", c.KafkaTimeout)
+	case c.KafkaSessionTimeout < 500*time.Millisecond || c.KafkaSessionTimeout > 5*time.Minute:
+		return bad("KAFKA_SESSION_TIMEOUT", "%v: want 500ms to 5m", c.KafkaSessionTimeout)
 	case c.ShutdownTimeout < time.Second || c.ShutdownTimeout > 10*time.Minute:
 		return bad("SHUTDOWN_TIMEOUT", "%v: want 1s to 10m", c.ShutdownTimeout)
 	}

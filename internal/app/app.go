@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	w, err := consumer.New(consumer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID,
 		BatchSize: cfg.BatchSize, BatchLinger: cfg.BatchLinger, KafkaTimeout: cfg.KafkaTimeout,
-		ShutdownTimeout: cfg.ShutdownTimeout, Extractor: ex, Logger: log, Metrics: metrics,
+		ShutdownTimeout: cfg.ShutdownTimeout, SessionTimeout: cfg.KafkaSessionTimeout, Extractor: ex, Logger: log, Metrics: metrics,
 	}, filter, out, dlq)
 	if err != nil {
 		return err

@@ -58,7 +58,7 @@ func TestRunLifecycle(t *testing.T) {
 		GroupID: "dedupe-life", RedisAddrs: []string{srv.Addr}, IDField: "id", Window: 10 * time.Minute, WindowMode: "rolling",
 		WindowGrace: time.Minute, ExpectedPerWindow: 100_000, FalsePositiveRate: 1e-6, Shards: 1, BatchSize: 100,
 		BatchLinger: 20 * time.Millisecond, HTTPAddr: freeAddr(t), LogLevel: "warn", RedisTimeout: 300 * time.Millisecond,
-		KafkaTimeout: 5 * time.Second, ShutdownTimeout: 10 * time.Second,
+		KafkaTimeout: 5 * time.Second, KafkaSessionTimeout: 2 * time.Second, ShutdownTimeout: 10 * time.Second,
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

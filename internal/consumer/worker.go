@@ -107,8 +107,9 @@ func New(cfg Config, filter Filter, out, dlq Producer) (*Worker, error) {
 	return &Worker{cfg: cfg, filter: filter, out: out, dlq: dlq, log: cfg.Logger, m: cfg.Metrics}, nil
 }
 
-// Ready reports whether the worker is making progress: false before it
-// has joined its group and while Redis or Kafka calls are failing.
+// Ready reports whether the worker can make progress: false before Run
+// starts and while Redis or Kafka calls are failing. An idle worker (no
+// messages to read) is ready.
 func (w *Worker) Ready() bool { return w.ready.Load() }
 
 // Run consumes until ctx is cancelled, then stops fetching, finishes the
@@ -139,6 +140,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		Logger:            kafka.LoggerFunc(func(f string, a ...any) { kl.Debug(fmt.Sprintf(f, a...)) }),
 		ErrorLogger:       kafka.LoggerFunc(func(f string, a ...any) { kl.Warn(fmt.Sprintf(f, a...)) }),
 	})
+	w.ready.Store(true)
 	// Two stages: this goroutine fetches and decides batch n+1 while
 	// deliver produces and commits batch n, in order. wctx outlives ctx by
 	// ShutdownTimeout, so the batches in hand are finished on shutdown.

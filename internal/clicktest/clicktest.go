@@ -1,0 +1,205 @@
+// Package clicktest makes click-event streams with known duplicates and
+// malformed records, and checks what a pipeline made of them: the ground
+// truth for end-to-end and fault-injection tests.
+package clicktest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Headers the worker adds (kept here to avoid importing the worker).
+const (
+	SourceHeader = "dedupe-source"
+	IDHeader     = "dedupe-id"
+	ErrorHeader  = "dedupe-error"
+)
+
+// Truth is what an input stream holds.
+type Truth struct {
+	Valid     map[string]bool // distinct valid click IDs
+	Malformed int
+	Total     int
+}
+
+// malformed are the broken forms, in turn.
+var malformed = []string{`not json`, `{"click_id":null,"ts":%d}`, `{"click_id":"","ts":%d}`, `{"ts":%d}`,
+	`{"click_id":"x-%d","ts":"yesterday"}`, `{"click_id":{"a":1},"ts":%d}`, strings.Repeat("[", 300) + `%d`, "\xff\xfe%d",
+	"{\"click_id\":\"bad-\xff\xfe\",\"ts\":%d}", `{"click_id":true,"ts":%d}`, `{"click_id":"y","ts":%d`}
+
+// odd are valid but unusual events, each added twice: a number ID, a
+// duplicated key (the first counts), an escaped ID, a 600 kB payload.
+var odd = []struct{ id, value string }{
+	{"4242", `{"click_id":4242,"ts":%d}`},
+	{"first", `{"click_id":"first","click_id":"second","ts":%d}`},
+	{`q"uote\`, `{"click_id":"q\"uote\\","ts":%d}`},
+	{"big", `{"click_id":"big","ts":%d,"pad":"` + strings.Repeat("x", 600<<10) + `"}`},
+}
+
+// Generate makes n click events (plus the odd ones): dupShare of them
+// repeat an earlier click exactly, badShare are malformed. Times are now.
+func Generate(n int, dupShare, badShare float64, seed uint64) ([]*kgo.Record, Truth) {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	tr := Truth{Valid: map[string]bool{}, Total: n}
+	now := time.Now().UnixMilli()
+	var values []string
+	recs := make([]*kgo.Record, 0, n+2*len(odd))
+	for i := 0; i < n; i++ {
+		var v string
+		switch r := rng.Float64(); {
+		case r < badShare:
+			v = fmt.Sprintf(malformed[tr.Malformed%len(malformed)], now)
+			tr.Malformed++
+		case r < badShare+dupShare && len(values) > 0:
+			v = values[rng.IntN(len(values))]
+		default:
+			id := fmt.Sprintf("click-%d", i)
+			v = fmt.Sprintf(`{"click_id":%q,"ts":%d,"page":"/p/%d","user":"u%d"}`, id, now, i%97, i%1013)
+			values = append(values, v)
+			tr.Valid[id] = true
+		}
+		recs = append(recs, &kgo.Record{Key: []byte(strconv.Itoa(i % 64)), Value: []byte(v)})
+		if i == n/3 || i == 2*n/3 {
+			for _, o := range odd {
+				recs = append(recs, &kgo.Record{Key: []byte(o.id), Value: fmt.Appendf(nil, o.value, now)})
+				tr.Valid[o.id] = true
+				tr.Total++
+			}
+		}
+	}
+	return recs, tr
+}
+
+// Produce writes recs to topic.
+func Produce(ctx context.Context, brokers []string, topic string, recs []*kgo.Record) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(2<<20))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return cl.ProduceSync(ctx, recs...).FirstErr()
+}
+
+// ReadAll reads every record of topic, stopping after 1.5 s without one.
+func ReadAll(brokers []string, topic string) ([]*kgo.Record, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxBytes(64<<20))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r); n++ })
+		if n == 0 {
+			return out, nil
+		}
+	}
+}
+
+// Header returns the value of header key of r.
+func Header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// DistinctSources counts the distinct dedupe-source values of rs.
+func DistinctSources(rs []*kgo.Record) int {
+	seen := map[string]bool{}
+	for _, r := range rs {
+		seen[Header(r, SourceHeader)] = true
+	}
+	return len(seen)
+}
+
+// Report is what the output and dead-letter topics say about a run.
+type Report struct {
+	Distinct       int // distinct valid IDs in the input
+	Lost           int // distinct valid IDs never forwarded
+	DuplicatesPass int // IDs forwarded from more than one source
+	Unknown        int // forwarded IDs not in the input
+	Conflicts      int // a source forwarded with two different IDs
+	OutRecords     int
+	Replays        int // output records beyond one per source
+	Malformed      int
+	DeadMissing    int // malformed inputs never dead-lettered
+	NoReason       int // dead letters without dedupe-error
+	OrderBreaks    int // first copies of one input partition out of order
+}
+
+// Check compares the topics with the truth.
+func Check(tr Truth, out, dead []*kgo.Record) Report {
+	rep := Report{Distinct: len(tr.Valid), OutRecords: len(out), Malformed: tr.Malformed}
+	sources := map[string]string{}
+	last := map[string]int64{}
+	for _, r := range out {
+		src, id := Header(r, SourceHeader), Header(r, IDHeader)
+		if prev, ok := sources[src]; ok {
+			if prev != id {
+				rep.Conflicts++
+			}
+			rep.Replays++
+			continue
+		}
+		sources[src] = id
+		parts := strings.Split(src, "/")
+		if len(parts) == 3 {
+			off, _ := strconv.ParseInt(parts[2], 10, 64)
+			key := fmt.Sprintf("%d<-%s", r.Partition, parts[1])
+			if prev, ok := last[key]; ok && off < prev {
+				rep.OrderBreaks++
+			}
+			last[key] = off
+		}
+	}
+	perID := map[string]int{}
+	for _, id := range sources {
+		perID[id]++
+	}
+	for id := range tr.Valid {
+		switch n := perID[id]; {
+		case n == 0:
+			rep.Lost++
+		case n > 1:
+			rep.DuplicatesPass++
+		}
+	}
+	for id := range perID {
+		if !tr.Valid[id] {
+			rep.Unknown++
+		}
+	}
+	deadSources := map[string]bool{}
+	for _, r := range dead {
+		if Header(r, ErrorHeader) == "" {
+			rep.NoReason++
+		}
+		deadSources[Header(r, SourceHeader)] = true
+	}
+	rep.DeadMissing = max(tr.Malformed-len(deadSources), 0)
+	return rep
+}
+
+// OK reports whether nothing was lost or mangled.
+func (r Report) OK() bool {
+	return r.Lost == 0 && r.DuplicatesPass == 0 && r.Unknown == 0 && r.Conflicts == 0 && r.DeadMissing == 0 && r.NoReason == 0 && r.OrderBreaks == 0
+}
+
+func (r Report) String() string {
+	return fmt.Sprintf("distinct %d, lost %d, duplicates passed %d, unknown %d, conflicts %d, output %d (replays %d), malformed %d, dead-letter missing %d, without reason %d, order breaks %d",
+		r.Distinct, r.Lost, r.DuplicatesPass, r.Unknown, r.Conflicts, r.OutRecords, r.Replays, r.Malformed, r.DeadMissing, r.NoReason, r.OrderBreaks)
+}

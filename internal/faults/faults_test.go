@@ -1,0 +1,370 @@
+// Package faults runs the real dedupe-worker binary as separate processes
+// against real redis-server processes and a Kafka-protocol broker over TCP,
+// injects faults, and checks with the input's ground truth that nothing is
+// lost. Run with -v to see the table.
+package faults
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/redisproc"
+)
+
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "faults")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "dedupe-worker")
+	if out, err := exec.Command("go", "build", "-o", bin, "dedupe-worker/cmd/dedupe-worker").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if len(table) > 0 {
+		fmt.Println(strings.Join(table, "\n"))
+	}
+	os.Exit(code)
+}
+
+var (
+	tableMu sync.Mutex
+	table   []string
+)
+
+func addRow(format string, a ...any) {
+	tableMu.Lock()
+	defer tableMu.Unlock()
+	if len(table) == 0 {
+		table = append(table, fmt.Sprintf("%-22s %8s %8s %6s %10s %8s %10s %9s %s", "scenario", "events", "distinct", "lost", "dups pass", "replays", "DLQ miss", "faults", "recovery (max)"))
+	}
+	table = append(table, fmt.Sprintf(format, a...))
+}
+
+const (
+	inTopic  = "clicks"
+	outTopic = "clicks-out"
+	dlqTopic = "clicks-dlq"
+)
+
+// rig is one run: a broker, a Redis, worker processes.
+type rig struct {
+	t       *testing.T
+	brokers []string
+	redis   *redisproc.Server
+	mu      sync.Mutex
+	workers map[int]*worker
+}
+
+type worker struct {
+	cmd    *exec.Cmd
+	http   string
+	stderr *bytes.Buffer
+	done   chan struct{}
+}
+
+func newRig(t *testing.T, redisArgs ...string) *rig {
+	t.Helper()
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, inTopic, outTopic), kfake.SeedTopics(1, dlqTopic),
+		kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	srv, err := redisproc.StartTemp(context.Background(), redisArgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	r := &rig{t: t, brokers: broker.ListenAddrs(), redis: srv, workers: map[int]*worker{}}
+	t.Cleanup(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, w := range r.workers {
+			w.cmd.Process.Kill()
+			<-w.done
+		}
+	})
+	return r
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// start runs worker i.
+func (r *rig) start(i int) {
+	w := &worker{http: freeAddr(), stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	w.cmd = exec.Command(bin)
+	w.cmd.Env = append(os.Environ(),
+		"DEDUPE_PIPELINE=faults", "DEDUPE_KAFKA_BROKERS="+strings.Join(r.brokers, ","), "DEDUPE_INPUT_TOPIC="+inTopic,
+		"DEDUPE_OUTPUT_TOPIC="+outTopic, "DEDUPE_DLQ_TOPIC="+dlqTopic, "DEDUPE_REDIS_ADDRS="+r.redis.Addr,
+		"DEDUPE_ID_FIELD=click_id", "DEDUPE_TIME_FIELD=ts",
+		// Expected false positives far below one: 200k IDs in a filter for 2M at 1e-9.
+		"DEDUPE_EXPECTED_PER_WINDOW=2000000", "DEDUPE_FALSE_POSITIVE_RATE=1e-9",
+		"DEDUPE_BATCH_SIZE=500", "DEDUPE_BATCH_LINGER=20ms", "DEDUPE_HTTP_ADDR="+w.http, "DEDUPE_LOG_LEVEL=error",
+		"DEDUPE_REDIS_TIMEOUT=1s", "DEDUPE_KAFKA_TIMEOUT=5s", "DEDUPE_KAFKA_SESSION_TIMEOUT=1s", "DEDUPE_SHUTDOWN_TIMEOUT=10s")
+	w.cmd.Stderr = w.stderr
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := w.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	go func() { w.cmd.Wait(); close(w.done) }()
+	r.mu.Lock()
+	r.workers[i] = w
+	r.mu.Unlock()
+}
+
+// kill ends worker i with SIGKILL.
+func (r *rig) kill(i int) {
+	r.mu.Lock()
+	w := r.workers[i]
+	delete(r.workers, i)
+	r.mu.Unlock()
+	w.cmd.Process.Kill()
+	<-w.done
+}
+
+// stop ends worker i with SIGTERM; it must exit 0 within its bound.
+func (r *rig) stop(i int) {
+	r.mu.Lock()
+	w := r.workers[i]
+	delete(r.workers, i)
+	r.mu.Unlock()
+	w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.done:
+		if code := w.cmd.ProcessState.ExitCode(); code != 0 {
+			r.t.Errorf("worker %d exited %d after SIGTERM: %s", i, code, w.stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		r.t.Errorf("worker %d did not exit within 20s of SIGTERM", i)
+	}
+}
+
+func (r *rig) ready(i int) bool {
+	r.mu.Lock()
+	w := r.workers[i]
+	r.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	c := http.Client{Timeout: 500 * time.Millisecond}
+	resp, err := c.Get("http://" + w.http + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
+}
+
+// eventsIn reads dedupe_events_in_total of every live worker.
+func (r *rig) eventsIn() map[int]float64 {
+	r.mu.Lock()
+	addrs := map[int]string{}
+	for i, w := range r.workers {
+		addrs[i] = w.http
+	}
+	r.mu.Unlock()
+	out := map[int]float64{}
+	c := http.Client{Timeout: 500 * time.Millisecond}
+	for i, a := range addrs {
+		resp, err := c.Get("http://" + a + "/metrics")
+		if err != nil {
+			continue
+		}
+		var b bytes.Buffer
+		b.ReadFrom(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(line, "dedupe_events_in_total") {
+				var v float64
+				fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+				out[i] = v
+			}
+		}
+	}
+	return out
+}
+
+// recovered waits until some live worker has read more input than at the
+// call, and returns how long that took: the time to recover from a fault.
+func (r *rig) recovered(limit time.Duration) time.Duration {
+	start := time.Now()
+	before := r.eventsIn()
+	for time.Since(start) < limit {
+		time.Sleep(20 * time.Millisecond)
+		for i, v := range r.eventsIn() {
+			if v > before[i] {
+				return time.Since(start)
+			}
+		}
+	}
+	return limit
+}
+
+// waitReady waits until worker i is ready and returns how long it took.
+func (r *rig) waitReady(i int, limit time.Duration) time.Duration {
+	start := time.Now()
+	for !r.ready(i) {
+		if time.Since(start) > limit {
+			r.t.Errorf("worker %d not ready after %v", i, limit)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func (r *rig) read(topic string) []*kgo.Record {
+	rs, err := clicktest.ReadAll(r.brokers, topic)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return rs
+}
+
+// waitDecided waits until the output and dead-letter topics account for
+// every input record, or limit passes.
+func (r *rig) waitDecided(tr clicktest.Truth, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if clicktest.DistinctSources(r.read(outTopic)) >= len(tr.Valid) && clicktest.DistinctSources(r.read(dlqTopic)) >= tr.Malformed {
+			return
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// run produces n events, starts replicas, runs fault while they work,
+// waits for the end and checks and reports.
+func run(t *testing.T, name string, r *rig, replicas int, fault func(r *rig) (faults int, recovery time.Duration)) {
+	recs, tr := clicktest.Generate(200_000, 0.07, 0.01, uint64(len(name)))
+	if err := clicktest.Produce(context.Background(), r.brokers, inTopic, recs); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < replicas; i++ {
+		r.start(i)
+	}
+	start := time.Now()
+	faults, recovery := fault(r)
+	r.waitDecided(tr, 120*time.Second)
+	r.mu.Lock()
+	live := make([]int, 0, len(r.workers))
+	for i := range r.workers {
+		live = append(live, i)
+	}
+	r.mu.Unlock()
+	for _, i := range live {
+		r.stop(i)
+	}
+	rep := clicktest.Check(tr, r.read(outTopic), r.read(dlqTopic))
+	addRow("%-22s %8d %8d %6d %10d %8d %10d %9d %v (run %v)", name, tr.Total, rep.Distinct, rep.Lost, rep.DuplicatesPass,
+		rep.Replays, rep.DeadMissing, faults, recovery.Round(time.Millisecond), time.Since(start).Round(time.Second))
+	if !rep.OK() {
+		t.Errorf("%s: %v", name, rep)
+	}
+	t.Logf("%s: %v", name, rep)
+}
+
+// Replicas are killed with SIGKILL at random moments, twelve times, and
+// restarted: batches die with their Redis call in flight, between the
+// produce and the commit, anywhere.
+func TestWorkerCrashes(t *testing.T) {
+	r := newRig(t)
+	run(t, "worker kill -9 x12", r, 3, func(r *rig) (int, time.Duration) {
+		rng := rand.New(rand.NewPCG(3, 4))
+		var worst time.Duration
+		for k := 0; k < 12; k++ {
+			time.Sleep(time.Duration(150+rng.IntN(400)) * time.Millisecond)
+			i := rng.IntN(3)
+			r.kill(i)
+			time.Sleep(time.Duration(50+rng.IntN(200)) * time.Millisecond)
+			r.start(i)
+			r.waitReady(i, 30*time.Second)
+			worst = max(worst, r.recovered(30*time.Second))
+		}
+		return 12, worst
+	})
+}
+
+// Redis stops answering for 10 s (SIGSTOP): the workers wait, are not
+// ready meanwhile, and carry on after SIGCONT.
+func TestRedisStall(t *testing.T) {
+	r := newRig(t)
+	run(t, "redis SIGSTOP 10s", r, 2, func(r *rig) (int, time.Duration) {
+		time.Sleep(800 * time.Millisecond)
+		r.redis.Pause()
+		time.Sleep(3 * time.Second)
+		for i := 0; i < 2; i++ {
+			if r.ready(i) {
+				t.Errorf("worker %d ready while Redis is stopped", i)
+			}
+		}
+		time.Sleep(7 * time.Second)
+		r.redis.Resume()
+		recovery := r.recovered(30 * time.Second)
+		for i := 0; i < 2; i++ {
+			r.waitReady(i, 30*time.Second)
+		}
+		return 1, recovery
+	})
+}
+
+// Redis is killed and restarted from its append-only file (fsync always):
+// filters and decision records survive, and the workers carry on.
+func TestRedisRestartWithAOF(t *testing.T) {
+	r := newRig(t, "--appendonly", "yes", "--appendfsync", "always")
+	run(t, "redis kill -9, AOF", r, 2, func(r *rig) (int, time.Duration) {
+		time.Sleep(1 * time.Second)
+		r.redis.Kill()
+		time.Sleep(2 * time.Second)
+		if err := r.redis.Restart(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return 1, r.recovered(30 * time.Second)
+	})
+}
+
+// Scale 1 -> 3 -> 1 while working: two replicas join, then leave, one
+// gracefully and one killed.
+func TestRebalances(t *testing.T) {
+	r := newRig(t)
+	run(t, "scale 1->3->1", r, 1, func(r *rig) (int, time.Duration) {
+		time.Sleep(500 * time.Millisecond)
+		r.start(1)
+		r.start(2)
+		r.waitReady(1, 30*time.Second)
+		r.waitReady(2, 30*time.Second)
+		worst := r.recovered(30 * time.Second)
+		time.Sleep(1 * time.Second)
+		r.stop(1)
+		r.kill(2)
+		return 4, max(worst, r.recovered(30*time.Second))
+	})
+}
