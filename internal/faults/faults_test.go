@@ -7,6 +7,7 @@ package faults
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -16,12 +17,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"dedupe-worker/internal/clicktest"
 	"dedupe-worker/internal/redisproc"
@@ -70,6 +73,7 @@ const (
 // rig is one run: a broker, a Redis, worker processes.
 type rig struct {
 	t       *testing.T
+	broker  *kfake.Cluster
 	brokers []string
 	redis   *redisproc.Server
 	mu      sync.Mutex
@@ -83,9 +87,11 @@ type worker struct {
 	done   chan struct{}
 }
 
-func newRig(t *testing.T, redisArgs ...string) *rig {
+func newRig(t *testing.T, redisArgs ...string) *rig { return newRigBrokers(t, 1, redisArgs...) }
+
+func newRigBrokers(t *testing.T, brokers int, redisArgs ...string) *rig {
 	t.Helper()
-	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, inTopic, outTopic), kfake.SeedTopics(1, dlqTopic),
+	broker, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.SeedTopics(6, inTopic, outTopic), kfake.SeedTopics(1, dlqTopic),
 		kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +102,7 @@ func newRig(t *testing.T, redisArgs ...string) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Stop() })
-	r := &rig{t: t, brokers: broker.ListenAddrs(), redis: srv, workers: map[int]*worker{}}
+	r := &rig{t: t, broker: broker, brokers: broker.ListenAddrs(), redis: srv, workers: map[int]*worker{}}
 	t.Cleanup(func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -366,5 +372,44 @@ func TestRebalances(t *testing.T) {
 		r.stop(1)
 		r.kill(2)
 		return 4, max(worst, r.recovered(30*time.Second))
+	})
+}
+
+// Kafka misbehaves: fetches fail for 3 s, then produces fail for 3 s, then
+// every partition's leader moves to another broker.
+func TestKafkaFaults(t *testing.T) {
+	r := newRigBrokers(t, 3)
+	run(t, "kafka errors, leaders", r, 2, func(r *rig) (int, time.Duration) {
+		refuse := func(key kmsg.Key, d time.Duration) time.Duration {
+			until := time.Now().Add(d)
+			var refused atomic.Int64
+			r.broker.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+				if time.Now().Before(until) {
+					r.broker.KeepControl()
+					refused.Add(1)
+					return nil, errors.New("injected failure"), true
+				}
+				return nil, nil, false
+			})
+			time.Sleep(d)
+			if refused.Load() == 0 {
+				t.Errorf("no %s request was refused: the fault did not happen", key.Name())
+			}
+			t.Logf("%s: %d requests refused", key.Name(), refused.Load())
+			return r.recovered(30 * time.Second)
+		}
+		time.Sleep(500 * time.Millisecond)
+		worst := refuse(kmsg.Fetch, 3*time.Second)
+		worst = max(worst, refuse(kmsg.Produce, 3*time.Second))
+		for _, topic := range []string{inTopic, outTopic} {
+			for p := int32(0); p < 6; p++ {
+				leader := r.broker.LeaderFor(topic, p)
+				if err := r.broker.MoveTopicPartition(topic, p, (leader+1)%3); err != nil {
+					t.Errorf("moving %s/%d: %v", topic, p, err)
+				}
+			}
+		}
+		worst = max(worst, r.recovered(30*time.Second))
+		return 3, worst
 	})
 }
