@@ -88,6 +88,13 @@ func Produce(ctx context.Context, brokers []string, topic string, recs []*kgo.Re
 
 // ReadAll reads every record of topic, stopping after 1.5 s without one.
 func ReadAll(brokers []string, topic string) ([]*kgo.Record, error) {
+	return ReadFor(brokers, topic, 0)
+}
+
+// ReadFor is ReadAll that also stops after limit (if not 0): a snapshot
+// while the topic is still being written.
+func ReadFor(brokers []string, topic string, limit time.Duration) ([]*kgo.Record, error) {
+	start := time.Now()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxBytes(64<<20))
 	if err != nil {
@@ -101,7 +108,7 @@ func ReadAll(brokers []string, topic string) ([]*kgo.Record, error) {
 		cancel()
 		n := 0
 		fs.EachRecord(func(r *kgo.Record) { out = append(out, r); n++ })
-		if n == 0 {
+		if n == 0 || (limit > 0 && time.Since(start) > limit) {
 			return out, nil
 		}
 	}

@@ -254,8 +254,16 @@ func (w *Worker) decide(ctx context.Context, batch []kafka.Message, fetched []ti
 	d := &decided{batch: batch, fetched: fetched}
 	elems := make([]bloom.Element, 0, len(batch))
 	idx := make([]int, 0, len(batch))
+	// After a rebalance or a re-fetch kafka-go can deliver an offset twice
+	// in one batch; the copy is decided once (and committed with the rest).
+	seen := make(map[[2]int64]struct{}, len(batch))
 	for i := range batch {
 		m := &batch[i]
+		k := [2]int64{int64(m.Partition), m.Offset}
+		if _, dup := seen[k]; dup {
+			continue
+		}
+		seen[k] = struct{}{}
 		id, at, err := w.cfg.Extractor.Extract(m)
 		if err != nil {
 			d.dead = append(d.dead, deadLetter(m, err))
@@ -353,6 +361,10 @@ func (w *Worker) retry(ctx context.Context, what string, f func(context.Context)
 		if err == nil {
 			w.ready.Store(true)
 			return nil
+		}
+		if errors.Is(err, bloom.ErrInvalidElement) {
+			// A bug, not an outage: retrying cannot help.
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		w.ready.Store(false)
 		w.m.errors.WithLabelValues(what).Inc()

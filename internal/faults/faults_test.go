@@ -76,6 +76,8 @@ type rig struct {
 	broker  *kfake.Cluster
 	brokers []string
 	redis   *redisproc.Server
+	truth   clicktest.Truth
+	pending []*kgo.Record // input not produced yet
 	mu      sync.Mutex
 	workers map[int]*worker
 }
@@ -220,9 +222,11 @@ func (r *rig) eventsIn() map[int]float64 {
 
 // recovered waits until some live worker has read more input than at the
 // call, and returns how long that took: the time to recover from a fault.
+// It returns 0 early when the input is used up (no progress is possible).
 func (r *rig) recovered(limit time.Duration) time.Duration {
 	start := time.Now()
 	before := r.eventsIn()
+	lastCheck := start
 	for time.Since(start) < limit {
 		time.Sleep(20 * time.Millisecond)
 		for i, v := range r.eventsIn() {
@@ -230,8 +234,28 @@ func (r *rig) recovered(limit time.Duration) time.Duration {
 				return time.Since(start)
 			}
 		}
+		if time.Since(lastCheck) > 2*time.Second {
+			lastCheck = time.Now()
+			if r.exhausted() {
+				return 0
+			}
+		}
 	}
+	r.t.Errorf("no progress within %v of a fault", limit)
 	return limit
+}
+
+// exhausted reports whether the output and dead-letter topics already
+// account for the whole input; it reads at most a few seconds of each.
+func (r *rig) exhausted() bool {
+	snap := func(topic string) int {
+		rs, err := clicktest.ReadFor(r.brokers, topic, 3*time.Second)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		return clicktest.DistinctSources(rs)
+	}
+	return snap(outTopic) >= len(r.truth.Valid) && snap(dlqTopic) >= r.truth.Malformed
 }
 
 // waitReady waits until worker i is ready and returns how long it took.
@@ -257,29 +281,37 @@ func (r *rig) read(topic string) []*kgo.Record {
 
 // waitDecided waits until the output and dead-letter topics account for
 // every input record, or limit passes.
-func (r *rig) waitDecided(tr clicktest.Truth, limit time.Duration) {
+func (r *rig) waitDecided(limit time.Duration) {
 	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if clicktest.DistinctSources(r.read(outTopic)) >= len(tr.Valid) && clicktest.DistinctSources(r.read(dlqTopic)) >= tr.Malformed {
-			return
-		}
+	for time.Now().Before(deadline) && !r.exhausted() {
 		time.Sleep(300 * time.Millisecond)
 	}
 }
 
-// run produces n events, starts replicas, runs fault while they work,
-// waits for the end and checks and reports.
-func run(t *testing.T, name string, r *rig, replicas int, fault func(r *rig) (faults int, recovery time.Duration)) {
-	recs, tr := clicktest.Generate(200_000, 0.07, 0.01, uint64(len(name)))
-	if err := clicktest.Produce(context.Background(), r.brokers, inTopic, recs); err != nil {
-		t.Fatal(err)
+// feed produces the next n records of the input (all that is left if n
+// is larger).
+func (r *rig) feed(n int) {
+	n = min(n, len(r.pending))
+	if err := clicktest.Produce(context.Background(), r.brokers, inTopic, r.pending[:n]); err != nil {
+		r.t.Fatal(err)
 	}
+	r.pending = r.pending[n:]
+}
+
+// run makes 200,000 events and produces upfront of them, starts replicas,
+// runs fault while they work (fault may feed more input), produces the
+// rest, waits for the end, and checks and reports.
+func run(t *testing.T, name string, r *rig, replicas, upfront int, fault func(r *rig) (faults int, recovery time.Duration)) {
+	recs, tr := clicktest.Generate(200_000, 0.07, 0.01, uint64(len(name)))
+	r.truth, r.pending = tr, recs
+	r.feed(upfront)
 	for i := 0; i < replicas; i++ {
 		r.start(i)
 	}
 	start := time.Now()
 	faults, recovery := fault(r)
-	r.waitDecided(tr, 120*time.Second)
+	r.feed(len(r.pending))
+	r.waitDecided(120 * time.Second)
 	r.mu.Lock()
 	live := make([]int, 0, len(r.workers))
 	for i := range r.workers {
@@ -303,16 +335,22 @@ func run(t *testing.T, name string, r *rig, replicas int, fault func(r *rig) (fa
 // produce and the commit, anywhere.
 func TestWorkerCrashes(t *testing.T) {
 	r := newRig(t)
-	run(t, "worker kill -9 x12", r, 3, func(r *rig) (int, time.Duration) {
+	// Input arrives in chunks: one lands just before each kill, so batches
+	// are in flight when a replica dies, and one right after each restart,
+	// so the time until the group reads again can be measured.
+	chunk := 200_000 / 25
+	run(t, "worker kill -9 x12", r, 3, chunk, func(r *rig) (int, time.Duration) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		var worst time.Duration
 		for k := 0; k < 12; k++ {
-			time.Sleep(time.Duration(150+rng.IntN(400)) * time.Millisecond)
+			r.feed(chunk)
+			time.Sleep(time.Duration(20+rng.IntN(180)) * time.Millisecond)
 			i := rng.IntN(3)
 			r.kill(i)
 			time.Sleep(time.Duration(50+rng.IntN(200)) * time.Millisecond)
 			r.start(i)
 			r.waitReady(i, 30*time.Second)
+			r.feed(chunk)
 			worst = max(worst, r.recovered(30*time.Second))
 		}
 		return 12, worst
@@ -323,7 +361,7 @@ func TestWorkerCrashes(t *testing.T) {
 // ready meanwhile, and carry on after SIGCONT.
 func TestRedisStall(t *testing.T) {
 	r := newRig(t)
-	run(t, "redis SIGSTOP 10s", r, 2, func(r *rig) (int, time.Duration) {
+	run(t, "redis SIGSTOP 10s", r, 2, 200_000, func(r *rig) (int, time.Duration) {
 		time.Sleep(800 * time.Millisecond)
 		r.redis.Pause()
 		time.Sleep(3 * time.Second)
@@ -346,7 +384,7 @@ func TestRedisStall(t *testing.T) {
 // filters and decision records survive, and the workers carry on.
 func TestRedisRestartWithAOF(t *testing.T) {
 	r := newRig(t, "--appendonly", "yes", "--appendfsync", "always")
-	run(t, "redis kill -9, AOF", r, 2, func(r *rig) (int, time.Duration) {
+	run(t, "redis kill -9, AOF", r, 2, 200_000, func(r *rig) (int, time.Duration) {
 		time.Sleep(1 * time.Second)
 		r.redis.Kill()
 		time.Sleep(2 * time.Second)
@@ -361,7 +399,7 @@ func TestRedisRestartWithAOF(t *testing.T) {
 // gracefully and one killed.
 func TestRebalances(t *testing.T) {
 	r := newRig(t)
-	run(t, "scale 1->3->1", r, 1, func(r *rig) (int, time.Duration) {
+	run(t, "scale 1->3->1", r, 1, 200_000, func(r *rig) (int, time.Duration) {
 		time.Sleep(500 * time.Millisecond)
 		r.start(1)
 		r.start(2)
@@ -379,7 +417,7 @@ func TestRebalances(t *testing.T) {
 // every partition's leader moves to another broker.
 func TestKafkaFaults(t *testing.T) {
 	r := newRigBrokers(t, 3)
-	run(t, "kafka errors, leaders", r, 2, func(r *rig) (int, time.Duration) {
+	run(t, "kafka errors, leaders", r, 2, 200_000, func(r *rig) (int, time.Duration) {
 		refuse := func(key kmsg.Key, d time.Duration) time.Duration {
 			until := time.Now().Add(d)
 			var refused atomic.Int64
