@@ -223,10 +223,8 @@ func clientCPU() float64 {
 }
 
 func redisCPU(ctx context.Context, c *redis.Client) float64 {
-	s := c.Info(ctx, "cpu").Val()
-	u, _ := strconv.ParseFloat(field(s, "used_cpu_user"), 64)
-	y, _ := strconv.ParseFloat(field(s, "used_cpu_sys"), 64)
-	return u + y
+	s, _ := redisproc.CPUSeconds(ctx, c)
+	return s
 }
 
 func usedMemory(ctx context.Context, c *redis.Client) int64 {

@@ -97,10 +97,17 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	p := fs.Float64("p", defP, "target false-positive rate")
 	window := fs.Duration("window", defW, "window length")
 	mode := fs.String("mode", envOr("DEDUPE_WINDOW_MODE", "rolling"), "rolling or fixed")
+	defG, _ := time.ParseDuration(envOr("DEDUPE_WINDOW_GRACE", "1m"))
 	shards := fs.Int("shards", defS, "least number of shards")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	m, err := bloom.ParseMode(*mode)
+	if err != nil {
+		fmt.Fprintln(stderr, "dedupe-worker plan:", err)
+		return 2
+	}
+	live := bloom.Windows{Length: *window, Mode: m, Grace: defG}.Live()
 	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "n per window\twindow\ttarget p\tlayout\tshards\tbits/ID\tclassic bits/ID (k)\tMiB per window\tMiB live (%s)\tachieved p\n", *mode)
 	for _, target := range []float64{*p, 1e-2, 1e-4, 1e-6, 1e-9} {
@@ -108,10 +115,6 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			fmt.Fprintln(stderr, "dedupe-worker plan:", err)
 			return 2
-		}
-		live := 3 // current, next (preallocated), one lingering for the grace period
-		if *mode == "rolling" {
-			live = 4
 		}
 		fmt.Fprintf(tw, "%d\t%v\t%g\t%dx%d\t%d\t%.1f\t%.1f (%d)\t%.0f\t%.0f\t%.2g\n", *n, *window, target,
 			pl.Layout.Words, pl.Layout.BitsPerWord, pl.Shards, pl.BitsPerElement(),

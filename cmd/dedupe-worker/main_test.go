@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/redisproc/redistest"
 )
 
@@ -48,9 +48,7 @@ func TestBinarySIGTERM(t *testing.T) {
 	}
 	defer broker.Close()
 	srv := redistest.Server(t)
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	httpAddr := l.Addr().String()
-	l.Close()
+	httpAddr := redisproc.FreeAddr()
 
 	cmd := exec.Command(bin)
 	cmd.Env = baseEnv(strings.Join(broker.ListenAddrs(), ","), srv.Addr, httpAddr)

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -141,12 +140,10 @@ func orchestrate(o options) error {
 	if err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := redisproc.FreePort()
 	if err != nil {
 		return err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	bro := exec.Command(self, "-role", "broker", "-port", strconv.Itoa(port), "-partitions", strconv.Itoa(o.partitions))
 	bro.Stderr = os.Stderr
 	out, _ := bro.StdoutPipe()
@@ -216,14 +213,8 @@ func child(self, role, brokers, redisAddr string, o options) (result, error) {
 }
 
 func redisCPU(ctx context.Context, c *redis.Client) float64 {
-	var tot float64
-	for _, line := range strings.Split(c.Info(ctx, "cpu").Val(), "\r\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, _ := strconv.ParseFloat(v, 64)
-			tot += f
-		}
-	}
-	return tot
+	s, _ := redisproc.CPUSeconds(ctx, c)
+	return s
 }
 
 // produce writes o.n click events of about 150 bytes; a share o.dup repeat

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -20,18 +19,9 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"dedupe-worker/config"
+	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/redisproc/redistest"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 func get(url string) (int, string) {
 	resp, err := http.Get(url)
@@ -57,7 +47,7 @@ func TestRunLifecycle(t *testing.T) {
 		Pipeline: "life", KafkaBrokers: broker.ListenAddrs(), InputTopic: "in", OutputTopic: "out", DLQTopic: "dlq",
 		GroupID: "dedupe-life", RedisAddrs: []string{srv.Addr}, IDField: "id", Window: 10 * time.Minute, WindowMode: "rolling",
 		WindowGrace: time.Minute, ExpectedPerWindow: 100_000, FalsePositiveRate: 1e-6, Shards: 1, BatchSize: 100,
-		BatchLinger: 20 * time.Millisecond, HTTPAddr: freeAddr(t), LogLevel: "warn", RedisTimeout: 300 * time.Millisecond,
+		BatchLinger: 20 * time.Millisecond, HTTPAddr: redisproc.FreeAddr(), LogLevel: "warn", RedisTimeout: 300 * time.Millisecond,
 		KafkaTimeout: 5 * time.Second, KafkaSessionTimeout: 2 * time.Second, ShutdownTimeout: 10 * time.Second,
 	}
 	if err := cfg.Validate(); err != nil {

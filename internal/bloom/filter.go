@@ -254,19 +254,8 @@ func (f *Filter) Preallocate(ctx context.Context, t time.Time) error {
 	return nil
 }
 
-// LiveWindows is how many buckets of keys exist at once in steady state:
-// the current one, the next one once preallocated, and in Rolling mode the
-// previous one, which is still tested; with Grace, one more lingers.
-func (f *Filter) LiveWindows() int {
-	n := 2
-	if f.cfg.Windows.Mode == Rolling {
-		n++
-	}
-	if f.cfg.Windows.Grace > 0 {
-		n++
-	}
-	return n
-}
+// LiveWindows is how many buckets of keys exist at once (Windows.Live).
+func (f *Filter) LiveWindows() int { return f.cfg.Windows.Live() }
 
 // CheckCapacity compares the memory the filter needs in steady state with
 // the maxmemory of every master and fails when it does not fit. Servers

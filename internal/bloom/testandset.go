@@ -54,8 +54,9 @@ func (f *Filter) TestAndSet(ctx context.Context, elems []Element) ([]Verdict, er
 		part := b.order[lo:hi]
 		g.Go(func() error {
 			sb := getBatch()
-			defer putBatch(sb)
-			sb.items = b.items
+			own := sb.items
+			sb.items = b.items // shared, read-only here; the parent returns it
+			defer func() { sb.items = own; putBatch(sb) }()
 			return f.run(gctx, sb, part, out)
 		})
 		lo = hi
@@ -101,8 +102,11 @@ var batchPool = sync.Pool{New: func() any { return &batch{keyIdx: map[string]int
 
 func getBatch() *batch { return batchPool.Get().(*batch) }
 
+// putBatch returns b to the pool. Its items keep their capacity but drop
+// their pointers into the caller's elements.
 func putBatch(b *batch) {
-	b.items = nil
+	clear(b.items)
+	b.items = b.items[:0]
 	clear(b.keyIdx)
 	batchPool.Put(b)
 }

@@ -73,6 +73,20 @@ func (w Windows) ExpireAt(b int64) int64 {
 	return end + int64(w.Grace/time.Second)
 }
 
+// Live is how many buckets of keys exist at once in steady state: the
+// current one, the next one once preallocated, in Rolling mode the previous
+// one (still tested), and with Grace one more lingering.
+func (w Windows) Live() int {
+	n := 2
+	if w.Mode == Rolling {
+		n++
+	}
+	if w.Grace > 0 {
+		n++
+	}
+	return n
+}
+
 // Retention is how long a bucket's keys live after the bucket starts.
 func (w Windows) Retention() time.Duration {
 	return time.Duration(w.ExpireAt(0)) * time.Second

@@ -12,13 +12,15 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"dedupe-worker/internal/sink"
 )
 
-// Headers the worker adds (kept here to avoid importing the worker).
+// The headers the worker adds.
 const (
-	SourceHeader = "dedupe-source"
-	IDHeader     = "dedupe-id"
-	ErrorHeader  = "dedupe-error"
+	SourceHeader = sink.SourceHeader
+	IDHeader     = sink.IDHeader
+	ErrorHeader  = sink.ErrorHeader
 )
 
 // Truth is what an input stream holds.

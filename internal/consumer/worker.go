@@ -20,12 +20,6 @@ import (
 	"dedupe-worker/internal/sink"
 )
 
-// Headers added to forwarded and dead-lettered messages.
-const (
-	IDHeader    = "dedupe-id"
-	ErrorHeader = "dedupe-error"
-)
-
 // Filter decides which elements are seen for the first time. Calling it
 // again with the same elements after an error must be safe and give the
 // decisions of the first application (bloom.Filter does).
@@ -295,7 +289,7 @@ func (w *Worker) decide(ctx context.Context, batch []kafka.Message, fetched []ti
 		if v.Forward() {
 			m := &batch[idx[k]]
 			d.out = append(d.out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
-				Headers: hb.with(m, kafka.Header{Key: IDHeader, Value: elems[k].ID})})
+				Headers: hb.with(m, kafka.Header{Key: sink.IDHeader, Value: elems[k].ID})})
 		}
 	}
 	for v, n := range counts {
@@ -394,7 +388,7 @@ func (b *backoff) wait(ctx context.Context) bool {
 }
 
 func source(m *kafka.Message) kafka.Header {
-	return kafka.Header{Key: sink.SourceHeader, Value: sink.Source(m.Topic, m.Partition, m.Offset)}
+	return kafka.Header{Key: sink.SourceHeader, Value: sink.AppendSource(nil, m.Topic, m.Partition, m.Offset)}
 }
 
 // headerBuf hands out the headers of forwarded messages from a few large
@@ -415,11 +409,7 @@ func (b *headerBuf) with(m *kafka.Message, extra kafka.Header) []kafka.Header {
 		b.bytes = make([]byte, 0, 64<<10)
 	}
 	start := len(b.bytes)
-	b.bytes = append(b.bytes, m.Topic...)
-	b.bytes = append(b.bytes, '/')
-	b.bytes = strconv.AppendInt(b.bytes, int64(m.Partition), 10)
-	b.bytes = append(b.bytes, '/')
-	b.bytes = strconv.AppendInt(b.bytes, m.Offset, 10)
+	b.bytes = sink.AppendSource(b.bytes, m.Topic, m.Partition, m.Offset)
 	h := append(b.headers, m.Headers...)
 	h = append(h, kafka.Header{Key: sink.SourceHeader, Value: b.bytes[start:len(b.bytes):len(b.bytes)]}, extra)
 	b.headers = h[len(h):]
@@ -430,7 +420,7 @@ func (b *headerBuf) with(m *kafka.Message, extra kafka.Header) []kafka.Header {
 func deadLetter(m *kafka.Message, reason error) kafka.Message {
 	h := make([]kafka.Header, 0, len(m.Headers)+2)
 	h = append(h, m.Headers...)
-	h = append(h, source(m), kafka.Header{Key: ErrorHeader, Value: []byte(reason.Error())})
+	h = append(h, source(m), kafka.Header{Key: sink.ErrorHeader, Value: []byte(reason.Error())})
 	return kafka.Message{Key: m.Key, Value: m.Value, Headers: h, Time: m.Time}
 }
 

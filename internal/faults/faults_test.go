@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -116,18 +115,9 @@ func newRigBrokers(t *testing.T, brokers int, redisArgs ...string) *rig {
 	return r
 }
 
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // start runs worker i.
 func (r *rig) start(i int) {
-	w := &worker{http: freeAddr(), stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	w := &worker{http: redisproc.FreeAddr(), stderr: &bytes.Buffer{}, done: make(chan struct{})}
 	w.cmd = exec.Command(bin)
 	w.cmd.Env = append(os.Environ(),
 		"DEDUPE_PIPELINE=faults", "DEDUPE_KAFKA_BROKERS="+strings.Join(r.brokers, ","), "DEDUPE_INPUT_TOPIC="+inTopic,

@@ -46,7 +46,7 @@ func Start(ctx context.Context, dir string, args ...string) (*Server, error) {
 	}
 	var last error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -58,7 +58,8 @@ func Start(ctx context.Context, dir string, args ...string) (*Server, error) {
 	return nil, last
 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("finding a free port: %w", err)
@@ -121,6 +122,32 @@ func StartTemp(ctx context.Context, args ...string) (*Server, error) {
 	}
 	s.ownDir = true
 	return s, nil
+}
+
+// FreeAddr is FreePort as 127.0.0.1:port; it panics if no port can be had.
+func FreeAddr() string {
+	port, err := FreePort()
+	if err != nil {
+		panic(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// CPUSeconds is the user and system CPU time the server behind c has used
+// (INFO cpu).
+func CPUSeconds(ctx context.Context, c *redis.Client) (float64, error) {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var tot float64
+	for _, line := range strings.Split(info, "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, _ := strconv.ParseFloat(v, 64)
+			tot += f
+		}
+	}
+	return tot, nil
 }
 
 // Restart starts the server again on the same address and directory.

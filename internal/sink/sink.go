@@ -14,9 +14,16 @@ import (
 	"go.uber.org/zap"
 )
 
-// SourceHeader carries topic/partition/offset of the input message an
-// output message was made from; downstream counts drop replays by it.
-const SourceHeader = "dedupe-source"
+// Headers of the output format.
+const (
+	// SourceHeader carries topic/partition/offset of the input message an
+	// output message was made from; downstream counts drop replays by it.
+	SourceHeader = "dedupe-source"
+	// IDHeader carries the element ID of a forwarded message.
+	IDHeader = "dedupe-id"
+	// ErrorHeader carries the reason a message was dead-lettered.
+	ErrorHeader = "dedupe-error"
+)
 
 // Config configures a Writer.
 type Config struct {
@@ -101,9 +108,13 @@ func (w *Writer) Write(ctx context.Context, msgs []kafka.Message) error {
 // Close flushes and closes the connections.
 func (w *Writer) Close() error { return w.w.Close() }
 
-// Source formats the SourceHeader value.
-func Source(topic string, partition int, offset int64) []byte {
-	return []byte(topic + "/" + strconv.Itoa(partition) + "/" + strconv.FormatInt(offset, 10))
+// AppendSource appends the SourceHeader value, topic/partition/offset, to b.
+func AppendSource(b []byte, topic string, partition int, offset int64) []byte {
+	b = append(b, topic...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(partition), 10)
+	b = append(b, '/')
+	return strconv.AppendInt(b, offset, 10)
 }
 
 // sourcePartition sends a message to the partition of its source modulo

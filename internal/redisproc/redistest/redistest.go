@@ -4,7 +4,6 @@ package redistest
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -13,20 +12,12 @@ import (
 	"dedupe-worker/internal/redisproc"
 )
 
-func fail(t testing.TB, err error) {
-	t.Helper()
-	if errors.Is(err, redisproc.ErrNotInstalled) {
-		t.Fatalf("%v (the tests need a real server)", err)
-	}
-	t.Fatal(err)
-}
-
 // Server starts a standalone redis-server for this test.
 func Server(t testing.TB, args ...string) *redisproc.Server {
 	t.Helper()
 	s, err := redisproc.Start(context.Background(), t.TempDir(), args...)
 	if err != nil {
-		fail(t, err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Stop() })
 	return s
@@ -46,7 +37,7 @@ func Cluster(t testing.TB, replicas int) *redisproc.Cluster {
 	t.Helper()
 	c, err := redisproc.StartCluster(context.Background(), t.TempDir(), 3, replicas)
 	if err != nil {
-		fail(t, err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Stop() })
 	return c
