@@ -74,13 +74,19 @@ func main() {
 	flag.StringVar(&o.brokers, "brokers", "", "internal")
 	flag.StringVar(&o.redis, "redis", "", "internal")
 	flag.IntVar(&o.port, "port", 0, "internal")
-	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write CPU profiles of the copy and the worker to this path + .copy and .worker")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write CPU profiles of the copy and the worker to this path + .copy and .worker, and allocation profiles + .copy.allocs and .worker.allocs")
 	flag.Parse()
 	if o.cpuprofile != "" && (o.role == "worker" || o.role == "copy") {
 		f, err := os.Create(o.cpuprofile + "." + o.role)
 		if err == nil && pprof.StartCPUProfile(f) == nil {
 			defer pprof.StopCPUProfile()
 		}
+		defer func() { // allocations over the whole run, for -sample_index=alloc_space
+			if f, err := os.Create(o.cpuprofile + "." + o.role + ".allocs"); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	var err error
 	switch o.role {
@@ -350,7 +356,7 @@ func worker(o options) (result, error) {
 	go func() {
 		for ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
-			in := counter(reg, "dedupe_events_in_total")
+			in := m.EventsIn()
 			if in > 0 && first.IsZero() {
 				first = time.Now()
 			}

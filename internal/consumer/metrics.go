@@ -1,6 +1,9 @@
 package consumer
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
 
 // Metrics are the worker's Prometheus metrics, labelled with the pipeline.
 type Metrics struct {
@@ -51,4 +54,15 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 			m.fetchToProduce, m.lag)
 	}
 	return m
+}
+
+// EventsIn is the number of input messages read so far. It reads one
+// counter, unlike a Gather, which also collects (and waits on) every
+// histogram.
+func (m *Metrics) EventsIn() float64 {
+	var d dto.Metric
+	if err := m.eventsIn.Write(&d); err != nil {
+		return 0
+	}
+	return d.GetCounter().GetValue()
 }
