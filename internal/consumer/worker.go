@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -87,6 +88,7 @@ type Worker struct {
 	log    *zap.Logger
 	m      *Metrics
 	ready  atomic.Bool
+	bufs   sync.Pool // of *buffers
 }
 
 // New returns a Worker; Run starts it.
@@ -98,7 +100,14 @@ func New(cfg Config, filter Filter, out, dlq Producer) (*Worker, error) {
 	if len(cfg.Brokers) == 0 || cfg.Topic == "" || cfg.GroupID == "" {
 		return nil, errors.New("consumer: brokers, topic and group are required")
 	}
-	return &Worker{cfg: cfg, filter: filter, out: out, dlq: dlq, log: cfg.Logger, m: cfg.Metrics}, nil
+	w := &Worker{cfg: cfg, filter: filter, out: out, dlq: dlq, log: cfg.Logger, m: cfg.Metrics}
+	w.bufs.New = func() any {
+		n := cfg.BatchSize
+		return &buffers{batch: make([]kafka.Message, 0, n), fetched: make([]time.Time, 0, n),
+			elems: make([]bloom.Element, 0, n), idx: make([]int, 0, n), out: make([]kafka.Message, 0, n),
+			seen: make(map[[2]int64]struct{}, n)}
+	}
+	return w, nil
 }
 
 // Ready reports whether the worker can make progress: false before Run
@@ -142,7 +151,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer wcancel()
 	stopTimer := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.ShutdownTimeout, wcancel) })
 	defer stopTimer()
-	decidedCh := make(chan *decided, 1)
+	decidedCh := make(chan *buffers, 1)
 	delivered := make(chan error, 1)
 	go func() {
 		var err error
@@ -150,19 +159,25 @@ func (w *Worker) Run(ctx context.Context) error {
 			if err == nil { // after a failure, later batches are not delivered out of order
 				err = w.deliver(wctx, r, d)
 			}
+			if err == nil && !d.retried {
+				w.bufs.Put(d)
+			}
 		}
 		delivered <- err
 	}()
 	var runErr error
 	for {
-		batch, fetched := w.fetch(ctx, r)
+		b := w.bufs.Get().(*buffers)
+		batch, fetched := w.fetch(ctx, r, b)
+		b.batch, b.fetched = batch, fetched
 		if len(batch) > 0 {
-			d, err := w.decide(wctx, batch, fetched)
-			if err != nil {
+			if err := w.decide(wctx, b); err != nil {
 				runErr = err
 				break
 			}
-			decidedCh <- d
+			decidedCh <- b
+		} else {
+			w.bufs.Put(b)
 		}
 		if ctx.Err() != nil {
 			break
@@ -194,9 +209,8 @@ func (w *Worker) Run(ctx context.Context) error {
 // fetch collects up to BatchSize messages: it waits for the first as long
 // as it takes, then at most BatchLinger for the rest. Cancelling ctx ends
 // the batch early; the messages fetched so far are returned.
-func (w *Worker) fetch(ctx context.Context, r *kafka.Reader) ([]kafka.Message, []time.Time) {
-	var batch []kafka.Message
-	var fetched []time.Time
+func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafka.Message, []time.Time) {
+	batch, fetched := b.batch[:0], b.fetched[:0]
 	// The linger timer cancels lctx; one timer per batch, not a deadline
 	// context per message.
 	lctx, cancel := context.WithCancel(ctx)
@@ -232,25 +246,34 @@ func (w *Worker) fetch(ctx context.Context, r *kafka.Reader) ([]kafka.Message, [
 	return batch, fetched
 }
 
-// decided is a batch with its verdicts applied: what to forward and what
-// to dead-letter.
-type decided struct {
+// buffers hold a batch from its fetch to its commit. They are reused:
+// at most three batches are in hand at once (one being decided, one
+// queued, one being delivered), and a batch's buffers are sized once.
+type buffers struct {
 	batch   []kafka.Message
 	fetched []time.Time
+	elems   []bloom.Element
+	idx     []int
 	out     []kafka.Message
 	dead    []kafka.Message
+	seen    map[[2]int64]struct{}
+	hb      headerBuf
+	// retried is set when a write of the batch failed. kafka-go may still
+	// hold its messages in a produce request it abandoned, so the buffers
+	// are then left to the garbage collector instead of being reused.
+	retried bool
 }
 
 // decide extracts the IDs of a batch and runs its test-and-set, retrying
 // until it succeeds or ctx ends.
-func (w *Worker) decide(ctx context.Context, batch []kafka.Message, fetched []time.Time) (*decided, error) {
+func (w *Worker) decide(ctx context.Context, b *buffers) error {
+	batch := b.batch
 	w.m.eventsIn.Add(float64(len(batch)))
-	d := &decided{batch: batch, fetched: fetched}
-	elems := make([]bloom.Element, 0, len(batch))
-	idx := make([]int, 0, len(batch))
+	elems, idx, dead := b.elems[:0], b.idx[:0], b.dead[:0]
 	// After a rebalance or a re-fetch kafka-go can deliver an offset twice
 	// in one batch; the copy is decided once (and committed with the rest).
-	seen := make(map[[2]int64]struct{}, len(batch))
+	seen := b.seen
+	clear(seen)
 	for i := range batch {
 		m := &batch[i]
 		k := [2]int64{int64(m.Partition), m.Offset}
@@ -260,13 +283,14 @@ func (w *Worker) decide(ctx context.Context, batch []kafka.Message, fetched []ti
 		seen[k] = struct{}{}
 		id, at, err := w.cfg.Extractor.Extract(m)
 		if err != nil {
-			d.dead = append(d.dead, deadLetter(m, err))
+			dead = append(dead, deadLetter(m, err))
 			w.m.deadLettered.WithLabelValues(reasonLabel(err)).Inc()
 			continue
 		}
 		elems = append(elems, bloom.Element{ID: id, Time: at, Source: bloom.Source{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset}})
 		idx = append(idx, i)
 	}
+	b.elems, b.idx, b.dead = elems, idx, dead
 
 	var verdicts []bloom.Verdict
 	if len(elems) > 0 {
@@ -278,36 +302,47 @@ func (w *Worker) decide(ctx context.Context, batch []kafka.Message, fetched []ti
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	d.out = make([]kafka.Message, 0, len(elems))
-	var hb headerBuf
+	out := b.out[:0]
+	hb := &b.hb
+	hb.reset()
 	var counts [bloom.Future + 1]int
 	for k, v := range verdicts {
 		counts[v]++
 		if v.Forward() {
 			m := &batch[idx[k]]
-			d.out = append(d.out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
+			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
 				Headers: hb.with(m, kafka.Header{Key: sink.IDHeader, Value: elems[k].ID})})
 		}
 	}
+	b.out = out
 	for v, n := range counts {
 		if n > 0 {
 			w.m.verdicts.WithLabelValues(bloom.Verdict(v).String()).Add(float64(n))
 		}
 	}
-	return d, nil
+	return nil
 }
 
 // deliver produces a decided batch's output and dead letters, retrying
 // until acknowledged or ctx ends, then commits its offsets.
-func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *decided) error {
+func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error {
 	batch, fetched := d.batch, d.fetched
-	if err := w.retry(ctx, "producing", func(ctx context.Context) error { return w.out.Write(ctx, d.out) }); err != nil {
+	write := func(p Producer, msgs []kafka.Message) func(context.Context) error {
+		return func(ctx context.Context) error {
+			err := p.Write(ctx, msgs)
+			if err != nil {
+				d.retried = true
+			}
+			return err
+		}
+	}
+	if err := w.retry(ctx, "producing", write(w.out, d.out)); err != nil {
 		return err
 	}
-	if err := w.retry(ctx, "dead-lettering", func(ctx context.Context) error { return w.dlq.Write(ctx, d.dead) }); err != nil {
+	if err := w.retry(ctx, "dead-lettering", write(w.dlq, d.dead)); err != nil {
 		return err
 	}
 	w.m.forwarded.Add(float64(len(d.out)))
@@ -392,28 +427,37 @@ func source(m *kafka.Message) kafka.Header {
 }
 
 // headerBuf hands out the headers of forwarded messages from a few large
-// allocations instead of several small ones per message: the input's
+// blocks instead of several small allocations per message: the input's
 // headers, then dedupe-source, then extra. The ID aliases the input
-// message, which lives as long as the batch.
+// message, which lives as long as the batch. A block that fills up is
+// left to the messages that use it and replaced by one twice as large, so
+// after a few batches one block holds a whole batch and reset reuses it.
 type headerBuf struct {
 	headers []kafka.Header
 	bytes   []byte
 }
 
+// reset makes the current blocks reusable; call it only once no message
+// refers to the headers handed out before.
+func (b *headerBuf) reset() {
+	b.headers, b.bytes = b.headers[:0], b.bytes[:0]
+}
+
 func (b *headerBuf) with(m *kafka.Message, extra kafka.Header) []kafka.Header {
 	n := len(m.Headers) + 2
 	if cap(b.headers)-len(b.headers) < n {
-		b.headers = make([]kafka.Header, 0, max(n, 2048))
+		b.headers = make([]kafka.Header, 0, max(n, 2*cap(b.headers), 256))
 	}
-	if cap(b.bytes)-len(b.bytes) < len(m.Topic)+42 {
-		b.bytes = make([]byte, 0, 64<<10)
+	if need := len(m.Topic) + 42; cap(b.bytes)-len(b.bytes) < need {
+		b.bytes = make([]byte, 0, max(need, 2*cap(b.bytes), 8<<10))
 	}
 	start := len(b.bytes)
 	b.bytes = sink.AppendSource(b.bytes, m.Topic, m.Partition, m.Offset)
-	h := append(b.headers, m.Headers...)
-	h = append(h, kafka.Header{Key: sink.SourceHeader, Value: b.bytes[start:len(b.bytes):len(b.bytes)]}, extra)
-	b.headers = h[len(h):]
-	return h[:len(h):len(h)]
+	src := b.bytes[start:len(b.bytes):len(b.bytes)]
+	first := len(b.headers)
+	b.headers = append(b.headers, m.Headers...)
+	b.headers = append(b.headers, kafka.Header{Key: sink.SourceHeader, Value: src}, extra)
+	return b.headers[first:len(b.headers):len(b.headers)]
 }
 
 // deadLetter is the input unchanged, with the reason and its source.
