@@ -111,6 +111,13 @@ type Config struct {
 	ReplayHorizon int64
 	// CallTimeout bounds each Redis call. Default: 5s.
 	CallTimeout time.Duration
+	// MinReplicas: when above zero, every test-and-set call is followed by
+	// a WAIT on the same connection, and the call fails (and is retried)
+	// unless its writes reached this many replicas within CallTimeout. With
+	// replicas behind each master (a Redis Cluster with failover), 1 keeps
+	// a promoted replica from forgetting decisions already acted on.
+	// Default: 0 (no WAIT).
+	MinReplicas int
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 }

@@ -69,12 +69,16 @@ const (
 	dlqTopic = "clicks-dlq"
 )
 
-// rig is one run: a broker, a Redis, worker processes.
+// rig is one run: a broker, a Redis (a standalone server, or the seed
+// addresses of a Cluster), worker processes.
 type rig struct {
 	t       *testing.T
 	broker  *kfake.Cluster
 	brokers []string
-	redis   *redisproc.Server
+	redis   *redisproc.Server // nil for a Cluster
+	// redisAddrs and extraEnv go to every worker.
+	redisAddrs []string
+	extraEnv   []string
 	truth   clicktest.Truth
 	pending []*kgo.Record // input not produced yet
 	mu      sync.Mutex
@@ -92,18 +96,26 @@ func newRig(t *testing.T, redisArgs ...string) *rig { return newRigBrokers(t, 1,
 
 func newRigBrokers(t *testing.T, brokers int, redisArgs ...string) *rig {
 	t.Helper()
+	srv, err := redisproc.StartTemp(context.Background(), redisArgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	r := newKafkaRig(t, brokers, srv.Addr)
+	r.redis = srv
+	return r
+}
+
+// newKafkaRig starts the broker; the workers use the Redis at redisAddrs.
+func newKafkaRig(t *testing.T, brokers int, redisAddrs ...string) *rig {
+	t.Helper()
 	broker, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.SeedTopics(6, inTopic, outTopic), kfake.SeedTopics(1, dlqTopic),
 		kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(broker.Close)
-	srv, err := redisproc.StartTemp(context.Background(), redisArgs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	r := &rig{t: t, broker: broker, brokers: broker.ListenAddrs(), redis: srv, workers: map[int]*worker{}}
+	r := &rig{t: t, broker: broker, brokers: broker.ListenAddrs(), redisAddrs: redisAddrs, workers: map[int]*worker{}}
 	t.Cleanup(func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -121,12 +133,13 @@ func (r *rig) start(i int) {
 	w.cmd = exec.Command(bin)
 	w.cmd.Env = append(os.Environ(),
 		"DEDUPE_PIPELINE=faults", "DEDUPE_KAFKA_BROKERS="+strings.Join(r.brokers, ","), "DEDUPE_INPUT_TOPIC="+inTopic,
-		"DEDUPE_OUTPUT_TOPIC="+outTopic, "DEDUPE_DLQ_TOPIC="+dlqTopic, "DEDUPE_REDIS_ADDRS="+r.redis.Addr,
+		"DEDUPE_OUTPUT_TOPIC="+outTopic, "DEDUPE_DLQ_TOPIC="+dlqTopic, "DEDUPE_REDIS_ADDRS="+strings.Join(r.redisAddrs, ","),
 		"DEDUPE_ID_FIELD=click_id", "DEDUPE_TIME_FIELD=ts",
 		// Expected false positives far below one: 200k IDs in a filter for 2M at 1e-9.
 		"DEDUPE_EXPECTED_PER_WINDOW=2000000", "DEDUPE_FALSE_POSITIVE_RATE=1e-9",
 		"DEDUPE_BATCH_SIZE=500", "DEDUPE_BATCH_LINGER=20ms", "DEDUPE_HTTP_ADDR="+w.http, "DEDUPE_LOG_LEVEL=error",
 		"DEDUPE_REDIS_TIMEOUT=1s", "DEDUPE_KAFKA_TIMEOUT=5s", "DEDUPE_KAFKA_SESSION_TIMEOUT=1s", "DEDUPE_SHUTDOWN_TIMEOUT=10s")
+	w.cmd.Env = append(w.cmd.Env, r.extraEnv...)
 	w.cmd.Stderr = w.stderr
 	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := w.cmd.Start(); err != nil {
