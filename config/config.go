@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -73,7 +74,65 @@ type Config struct {
 	KafkaSessionTimeout time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT" default:"10s"`
 	// ShutdownTimeout bounds the shutdown after SIGTERM. Default: 30s.
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
+
+	// KafkaTLS connects to every broker over TLS. A CA or client
+	// certificate file turns it on as well. Default: false.
+	KafkaTLS bool `envconfig:"KAFKA_TLS" default:"false"`
+	// KafkaTLSCAFile is a PEM file of the CAs the brokers' certificates are
+	// checked against. Default: empty, the system's CAs.
+	KafkaTLSCAFile string `envconfig:"KAFKA_TLS_CA_FILE"`
+	// KafkaTLSCertFile and KafkaTLSKeyFile are a client certificate and its
+	// key (PEM), for brokers that ask for one: both or neither.
+	KafkaTLSCertFile string `envconfig:"KAFKA_TLS_CERT_FILE"`
+	KafkaTLSKeyFile  string `envconfig:"KAFKA_TLS_KEY_FILE"`
+	// KafkaSASLMechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. Default:
+	// empty, no SASL.
+	KafkaSASLMechanism string `envconfig:"KAFKA_SASL_MECHANISM"`
+	// KafkaSASLUsername and KafkaSASLPassword: the SASL credentials,
+	// required with a mechanism.
+	KafkaSASLUsername string `envconfig:"KAFKA_SASL_USERNAME"`
+	KafkaSASLPassword Secret `envconfig:"KAFKA_SASL_PASSWORD"`
+
+	// RedisUsername is the Redis ACL user. Default: empty, the default
+	// user (a password alone is then AUTH <password>).
+	RedisUsername string `envconfig:"REDIS_USERNAME"`
+	// RedisPassword is the password of RedisUsername, or of the default
+	// user. Default: empty, no AUTH.
+	RedisPassword Secret `envconfig:"REDIS_PASSWORD"`
+	// RedisTLS connects to every Redis node over TLS. A CA or client
+	// certificate file turns it on as well. Default: false.
+	RedisTLS bool `envconfig:"REDIS_TLS" default:"false"`
+	// RedisTLSCAFile is a PEM file of the CAs Redis certificates are
+	// checked against. Default: empty, the system's CAs.
+	RedisTLSCAFile string `envconfig:"REDIS_TLS_CA_FILE"`
+	// RedisTLSCertFile and RedisTLSKeyFile are a client certificate and its
+	// key (PEM), for servers started with tls-auth-clients: both or neither.
+	RedisTLSCertFile string `envconfig:"REDIS_TLS_CERT_FILE"`
+	RedisTLSKeyFile  string `envconfig:"REDIS_TLS_KEY_FILE"`
+	// RedisMinReplicas: when above zero, each test-and-set must reach this
+	// many replicas of its master (Redis WAIT) before its verdicts are
+	// used. Default: 0.
+	RedisMinReplicas int `envconfig:"REDIS_MIN_REPLICAS" default:"0"`
 }
+
+// Secret is a configuration value that is never shown: fmt, zap and JSON
+// print "[redacted]" in its place ("" when unset). string(s) is the value.
+type Secret string
+
+const redacted = "[redacted]"
+
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
+
+// GoString is for %#v.
+func (s Secret) GoString() string { return fmt.Sprintf("config.Secret(%q)", s.String()) }
+
+// MarshalText is for encoders (JSON, zap's reflection).
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // ErrInvalid wraps every configuration error.
 var ErrInvalid = errors.New("invalid configuration")
@@ -84,6 +143,17 @@ func Load() (Config, error) {
 	var c Config
 	if err := envconfig.Process(Prefix, &c); err != nil {
 		return Config{}, fmt.Errorf("%w: %s", ErrInvalid, oneLine(err))
+	}
+	// A certificate file turns TLS on; one explicitly turned off beside it
+	// is a contradiction, not a choice.
+	for _, x := range []struct {
+		name       string
+		on         bool
+		ca, client string
+	}{{"KAFKA_TLS", c.KafkaTLS, c.KafkaTLSCAFile, c.KafkaTLSCertFile}, {"REDIS_TLS", c.RedisTLS, c.RedisTLSCAFile, c.RedisTLSCertFile}} {
+		if _, set := os.LookupEnv(Prefix + "_" + x.name); set && !x.on && (x.ca != "" || x.client != "") {
+			return Config{}, bad(x.name, "false, but %s_%s_CA_FILE or %s_%s_CERT_FILE is set", Prefix, x.name, Prefix, x.name)
+		}
 	}
 	c.setDefaults()
 	if err := c.Validate(); err != nil {
@@ -108,6 +178,13 @@ func oneLine(err error) string {
 func (c *Config) setDefaults() {
 	if c.GroupID == "" {
 		c.GroupID = "dedupe-" + c.Pipeline
+	}
+	c.KafkaSASLMechanism = strings.ToUpper(strings.TrimSpace(c.KafkaSASLMechanism))
+	if c.KafkaTLSCAFile != "" || c.KafkaTLSCertFile != "" || c.KafkaTLSKeyFile != "" {
+		c.KafkaTLS = true
+	}
+	if c.RedisTLSCAFile != "" || c.RedisTLSCertFile != "" || c.RedisTLSKeyFile != "" {
+		c.RedisTLS = true
 	}
 }
 
@@ -167,6 +244,19 @@ func (c Config) Validate() error {
 		return bad("KAFKA_SESSION_TIMEOUT", "%v: want 500ms to 5m", c.KafkaSessionTimeout)
 	case c.ShutdownTimeout < time.Second || c.ShutdownTimeout > 10*time.Minute:
 		return bad("SHUTDOWN_TIMEOUT", "%v: want 1s to 10m", c.ShutdownTimeout)
+	case c.RedisMinReplicas < 0 || c.RedisMinReplicas > 5:
+		return bad("REDIS_MIN_REPLICAS", "%d: want 0 to 5", c.RedisMinReplicas)
+	case c.RedisUsername != "" && c.RedisPassword == "":
+		return bad("REDIS_PASSWORD", "required with DEDUPE_REDIS_USERNAME")
+	}
+	if _, err := c.KafkaSASL(); err != nil {
+		return err
+	}
+	if _, err := c.KafkaTLSConfig(); err != nil {
+		return err
+	}
+	if _, err := c.RedisTLSConfig(); err != nil {
+		return err
 	}
 	if _, err := ParseIDField(c.IDField); err != nil {
 		return bad("ID_FIELD", "%v", err)

@@ -134,7 +134,11 @@ func stats(ctx context.Context, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dedupe-worker:", err)
 		return 2
 	}
-	rc := app.NewRedis(cfg)
+	rc, err := app.NewRedis(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "dedupe-worker:", err)
+		return 2
+	}
 	defer rc.Close()
 	f, err := app.NewFilter(cfg, rc)
 	if err != nil {

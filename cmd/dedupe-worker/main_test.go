@@ -97,21 +97,38 @@ func TestBinarySIGTERM(t *testing.T) {
 	t.Logf("exited 0, %v after SIGTERM", time.Since(start).Round(time.Millisecond))
 }
 
-// A bad variable stops the start with exit code 2 and one line naming it.
+// A bad variable stops the start with exit code 2 and one line naming it,
+// without showing a password.
 func TestBinaryBadConfig(t *testing.T) {
 	bin := build(t)
-	cmd := exec.Command(bin)
-	cmd.Env = append(baseEnv("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:0"), "DEDUPE_WINDOW=soon")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
-		t.Fatalf("exit %v, want 2", err)
-	}
-	msg := strings.TrimSpace(stderr.String())
-	if strings.Count(msg, "\n") != 0 || !strings.Contains(msg, "DEDUPE_WINDOW") {
-		t.Fatalf("stderr %q: want one line naming DEDUPE_WINDOW", msg)
+	const pw = "binary-pw-4f1e"
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{
+		{"DEDUPE_WINDOW", []string{"DEDUPE_WINDOW=soon"}},
+		{"DEDUPE_KAFKA_SASL_MECHANISM", []string{"DEDUPE_KAFKA_SASL_MECHANISM=GSSAPI", "DEDUPE_KAFKA_SASL_USERNAME=u", "DEDUPE_KAFKA_SASL_PASSWORD=" + pw}},
+		{"DEDUPE_KAFKA_SASL_USERNAME", []string{"DEDUPE_KAFKA_SASL_MECHANISM=SCRAM-SHA-512", "DEDUPE_KAFKA_SASL_PASSWORD=" + pw}},
+		{"DEDUPE_REDIS_TLS_CA_FILE", []string{"DEDUPE_REDIS_TLS_CA_FILE=" + filepath.Join(t.TempDir(), "none.pem"), "DEDUPE_REDIS_PASSWORD=" + pw}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(bin)
+			cmd.Env = append(baseEnv("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:0"), tc.env...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+				t.Fatalf("exit %v, want 2", err)
+			}
+			msg := strings.TrimSpace(stderr.String())
+			if strings.Count(msg, "\n") != 0 || !strings.Contains(msg, tc.name) {
+				t.Fatalf("stderr %q: want one line naming %s", msg, tc.name)
+			}
+			if strings.Contains(msg, pw) {
+				t.Fatalf("stderr shows the password: %q", msg)
+			}
+		})
 	}
 }
 

@@ -24,17 +24,26 @@ import (
 )
 
 // NewRedis returns a client for one server, or for a Cluster when several
-// addresses are given, with every call bounded by cfg.RedisTimeout.
-func NewRedis(cfg config.Config) redis.UniversalClient {
+// addresses are given, with every call bounded by cfg.RedisTimeout, logged
+// in as DEDUPE_REDIS_USERNAME and over TLS when configured. It fails only
+// when a TLS file cannot be read.
+func NewRedis(cfg config.Config) (redis.UniversalClient, error) {
+	tc, err := cfg.RedisTLSConfig()
+	if err != nil {
+		return nil, err
+	}
 	return redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:                 cfg.RedisAddrs,
 		IsClusterMode:         len(cfg.RedisAddrs) > 1,
+		Username:              cfg.RedisUsername,
+		Password:              string(cfg.RedisPassword),
+		TLSConfig:             tc,
 		ContextTimeoutEnabled: true,
 		DialTimeout:           cfg.RedisTimeout,
 		ReadTimeout:           cfg.RedisTimeout,
 		WriteTimeout:          cfg.RedisTimeout,
 		MaxRetries:            2,
-	})
+	}), nil
 }
 
 // NewFilter sizes and builds the pipeline's filter.
@@ -52,6 +61,7 @@ func NewFilter(cfg config.Config, rc redis.UniversalClient) (*bloom.Filter, erro
 		Plan:        plan,
 		Windows:     bloom.Windows{Length: cfg.Window, Mode: mode, Grace: cfg.WindowGrace},
 		CallTimeout: cfg.RedisTimeout,
+		MinReplicas: cfg.RedisMinReplicas,
 	})
 }
 
@@ -59,9 +69,21 @@ func NewFilter(cfg config.Config, rc redis.UniversalClient) (*bloom.Filter, erro
 // stop fetching, finish the batch in hand, produce, commit, leave the
 // group, close the producers and Redis, stop serving HTTP. The shutdown
 // is bounded by cfg.ShutdownTimeout plus a few seconds.
+//
+// Before joining the group it waits, serving HTTP and not ready, until
+// Kafka and Redis accept connections made as configured (TLS, SASL, ACL
+// user). A refused login or certificate is returned at once, with the
+// variables to check.
 func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	log = log.With(zap.String("pipeline", cfg.Pipeline))
-	rc := NewRedis(cfg)
+	kafkaTLS, mech, err := kafkaSecurity(cfg, log)
+	if err != nil {
+		return err
+	}
+	rc, err := NewRedis(cfg)
+	if err != nil {
+		return err
+	}
 	defer rc.Close()
 	filter, err := NewFilter(cfg, rc)
 	if err != nil {
@@ -71,9 +93,6 @@ func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	log.Info("filter planned", zap.Int64("expected_per_window", plan.Elements), zap.Float64("target_fpr", plan.TargetFPR),
 		zap.Float64("achieved_fpr", plan.AchievedFPR), zap.Int("words", plan.Layout.Words), zap.Int("bits_per_word", plan.Layout.BitsPerWord),
 		zap.Int("shards", plan.Shards), zap.Uint64("bytes_per_window", plan.Memory), zap.String("key_tag", filter.Tag()))
-	if err := filter.CheckCapacity(ctx); errors.Is(err, bloom.ErrInvalidPlan) {
-		return err
-	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -84,12 +103,15 @@ func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	out := sink.New(sink.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, BatchSize: cfg.BatchSize, Timeout: cfg.KafkaTimeout, Logger: log})
-	dlq := sink.New(sink.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.DLQTopic, BatchSize: cfg.BatchSize, Timeout: cfg.KafkaTimeout, Logger: log})
+	out := sink.New(sink.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, BatchSize: cfg.BatchSize, Timeout: cfg.KafkaTimeout, Logger: log,
+		TLS: kafkaTLS, SASL: mech})
+	dlq := sink.New(sink.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.DLQTopic, BatchSize: cfg.BatchSize, Timeout: cfg.KafkaTimeout, Logger: log,
+		TLS: kafkaTLS, SASL: mech})
 	w, err := consumer.New(consumer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID,
 		BatchSize: cfg.BatchSize, BatchLinger: cfg.BatchLinger, KafkaTimeout: cfg.KafkaTimeout,
 		ShutdownTimeout: cfg.ShutdownTimeout, SessionTimeout: cfg.KafkaSessionTimeout, Extractor: ex, Logger: log, Metrics: metrics,
+		TLS: kafkaTLS, SASL: mech,
 	}, filter, out, dlq)
 	if err != nil {
 		return err
@@ -100,6 +122,25 @@ func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		return err
 	}
 	log.Info("serving", zap.String("http", addr))
+	closeAll := func() error {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return errors.Join(out.Close(), dlq.Close(), srv.Shutdown(closeCtx))
+	}
+
+	// Not ready until both servers accept the connection as configured.
+	// A refused password or certificate ends the start here.
+	if err := waitForServers(ctx, cfg, kafkaTLS, mech, rc, log); err != nil {
+		cerr := closeAll()
+		if ctx.Err() != nil {
+			log.Info("stopped before the servers were reachable")
+			return cerr
+		}
+		return errors.Join(err, cerr)
+	}
+	if err := filter.CheckCapacity(ctx); errors.Is(err, bloom.ErrInvalidPlan) {
+		return errors.Join(err, closeAll())
+	}
 
 	// Maintenance: create the next bucket's keys ahead of time and export
 	// filter statistics.
@@ -113,9 +154,7 @@ func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	runErr := w.Run(ctx)
 	stopMaint()
 	<-maintDone
-	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	errs := []error{runErr, out.Close(), dlq.Close(), srv.Shutdown(closeCtx)}
+	errs := []error{runErr, closeAll()}
 	log.Info("stopped")
 	return errors.Join(errs...)
 }

@@ -79,6 +79,11 @@
 //   - Redis kept its data: after a restart without persistence both the
 //     filters and the records are empty, so replays are decided afresh
 //     against empty filters and forwarded; duplicates pass, nothing is lost;
+//   - after a failover, the promoted replica had the call's writes: true
+//     of every successful call with MinReplicas set to the replicas per
+//     master (see Replicas and failover); with MinReplicas 0, the last
+//     calls a master answered before it died may be forgotten, as after a
+//     restart without persistence;
 //   - the configuration that shapes keys is unchanged (see Positions).
 //
 // Inside the script every read comes first, then the records are written,
@@ -86,4 +91,50 @@
 // records without their filter bits, whose replays are still answered from
 // the record. The script is refused before it starts when Redis is out of
 // memory.
+//
+// # Replicas and failover
+//
+// Redis replicates asynchronously: a master answers a call before its
+// replicas have its writes, and when the master dies, the replica promoted
+// in its place has lost what had not reached it. Decisions already acted
+// on are then forgotten: a later copy of a forwarded event is first seen
+// again and passes with another source, and a replay of a forwarded offset
+// may get another verdict.
+//
+// Config.MinReplicas closes that gap. Each call to a shard becomes one
+// pipeline on one connection to the master of the shard's slot (on a
+// Cluster, found in the client's slot map): the script, a write of the
+// shard's sync key (SyncKey: one byte that lives a minute), and WAIT
+// MinReplicas with half the time left of the call. WAIT counts the
+// replicas that have everything up to its connection's last write; the
+// sync key write makes that the master's latest offset, so that a retry
+// that only replays recorded decisions, writing nothing itself, also waits
+// for the writes it read (Redis 7.0 moves a connection's offset on every
+// command, newer versions only on writes). When fewer replicas answer, the
+// call fails with ErrTooFewReplicas inside ErrRedis and no verdict is
+// used. Its retry gets the recorded decisions once a replica has them, or,
+// if the master died meanwhile, decisions made afresh by the promoted
+// replica, which never saw them: either way agrees with what was acted on.
+//
+// On a Cluster the pipeline goes straight to the node, past the client's
+// redirect handling, since a script redirected alone would lose its WAIT:
+// MOVED, ASK, TRYAGAIN, CLUSTERDOWN or a refused connection fail the call,
+// and every failure makes the client reload its slot map, so that the next
+// try reaches the master serving the slot by then.
+//
+// The cost: each call per shard waits for a round trip from the master to
+// its replica (a blocked WAIT makes the master ask its replicas for an
+// acknowledgement at once) and carries one more small write; about 0.1 ms
+// on loopback. A master with fewer live replicas than MinReplicas decides
+// nothing: every call to it fails after half of CallTimeout. With one
+// replica per master, a shard stalls while its replica is down, and after
+// a failover until the old master is back as a replica of the new one and
+// in sync. MinReplicas counts acknowledgements, not the replica that will
+// be elected: with one replica per master they are the same; with more,
+// set it to the number of replicas, or rely on Redis electing the replica
+// with the largest replication offset first. Not covered: a master and all
+// its replicas losing their data together; a master without persistence
+// restarted before its replica took over, whose empty data set the
+// replica then copies; and a forced failover (CLUSTER FAILOVER FORCE or
+// TAKEOVER) to a replica that lags.
 package bloom

@@ -112,10 +112,14 @@ type Config struct {
 	// CallTimeout bounds each Redis call. Default: 5s.
 	CallTimeout time.Duration
 	// MinReplicas: when above zero, every test-and-set call is followed by
-	// a WAIT on the same connection, and the call fails (and is retried)
-	// unless its writes reached this many replicas within CallTimeout. With
-	// replicas behind each master (a Redis Cluster with failover), 1 keeps
-	// a promoted replica from forgetting decisions already acted on.
+	// a WAIT on the same connection to the shard's master, and the call
+	// fails with ErrTooFewReplicas (inside ErrRedis: retry it) unless its
+	// writes reached this many replicas within half the time left of the
+	// call (CallTimeout at most). With replicas behind each master (a Redis
+	// Cluster with failover), 1 keeps a promoted replica from forgetting
+	// decisions already acted on. It costs a master-to-replica round trip
+	// per shard per batch, and calls to a master with fewer live replicas
+	// fail. The client must be a *redis.Client or a *redis.ClusterClient.
 	// Default: 0 (no WAIT).
 	MinReplicas int
 	// Now is the clock. Default: time.Now.
@@ -165,6 +169,9 @@ func (c *Config) validate() error {
 	if c.CallTimeout < time.Millisecond {
 		return fmt.Errorf("call timeout is %v, want at least 1ms", c.CallTimeout)
 	}
+	if c.MinReplicas < 0 {
+		return fmt.Errorf("min replicas is %d, want 0 or more", c.MinReplicas)
+	}
 	return nil
 }
 
@@ -189,6 +196,10 @@ func New(client redis.UniversalClient, cfg Config) (*Filter, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	_, cluster := client.(*redis.ClusterClient)
+	if _, single := client.(*redis.Client); cfg.MinReplicas > 0 && !cluster && !single {
+		return nil, fmt.Errorf("%w: min replicas needs a *redis.Client or a *redis.ClusterClient, to send WAIT on the connection of the script; got %T",
+			ErrInvalidConfig, client)
+	}
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%d/%d/%d/%d/%d/%d", cfg.Plan.Layout.Words, cfg.Plan.Layout.BitsPerWord,
 		cfg.Plan.ShardBits, cfg.Plan.Shards, cfg.Windows.seconds(), cfg.ReplayHorizon)

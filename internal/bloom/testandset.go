@@ -25,7 +25,9 @@ import (
 //
 // On error no verdicts are returned. The batch may have been applied in
 // part or in full; calling again with the same elements returns the
-// decisions that were recorded. Cancelling ctx abandons the calls in flight.
+// decisions that were recorded. With Config.MinReplicas, a call whose
+// writes did not reach enough replicas in time fails too, with
+// ErrTooFewReplicas. Cancelling ctx abandons the calls in flight.
 // Safe for concurrent use.
 func (f *Filter) TestAndSet(ctx context.Context, elems []Element) ([]Verdict, error) {
 	if len(elems) == 0 {
@@ -228,10 +230,18 @@ func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) 
 	recordExpire := f.encode(b, order)
 	cctx, cancel := f.callCtx(ctx)
 	defer cancel()
-	res, err := testAndSetScript.Run(cctx, f.client, b.keys,
-		f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, f.plan.Layout.Words, b.buckets).Text()
+	shard := b.items[order[0]].loc.shard
+	var res string
+	var err error
+	if f.cfg.MinReplicas > 0 {
+		res, err = f.runReplicated(cctx, shard, b.keys,
+			f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, f.plan.Layout.Words, b.buckets)
+	} else {
+		res, err = testAndSetScript.Run(cctx, f.client, b.keys,
+			f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, f.plan.Layout.Words, b.buckets).Text()
+	}
 	if err != nil {
-		return fmt.Errorf("%w: test-and-set of %d elements on shard %d: %w", ErrRedis, len(order), b.items[order[0]].loc.shard, err)
+		return fmt.Errorf("%w: test-and-set of %d elements on shard %d: %w", ErrRedis, len(order), shard, err)
 	}
 	return f.decode(b, order, res, out)
 }

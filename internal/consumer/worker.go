@@ -6,15 +6,18 @@ package consumer
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
 
 	"dedupe-worker/internal/bloom"
@@ -43,6 +46,10 @@ type Config struct {
 	// BatchLinger flushes a partial batch this long after its first
 	// message. Default: 100ms.
 	BatchLinger time.Duration
+	// BatchBytes ends a batch once its keys, values and headers reach this
+	// many bytes, so that large messages do not make huge batches.
+	// Default: 16 MiB.
+	BatchBytes int
 	// KafkaTimeout bounds each Kafka call. Default: 10s.
 	KafkaTimeout time.Duration
 	// ShutdownTimeout bounds finishing the batch in hand and leaving the
@@ -53,6 +60,10 @@ type Config struct {
 	Extractor      *Extractor
 	Logger         *zap.Logger
 	Metrics        *Metrics
+
+	// TLS and SASL, when set, secure every connection of the reader.
+	TLS  *tls.Config
+	SASL sasl.Mechanism
 }
 
 func (c *Config) setDefaults() {
@@ -61,6 +72,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.BatchLinger == 0 {
 		c.BatchLinger = 100 * time.Millisecond
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = 16 << 20
 	}
 	if c.KafkaTimeout == 0 {
 		c.KafkaTimeout = 10 * time.Second
@@ -139,7 +153,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		ReadBackoffMin:    50 * time.Millisecond,
 		ReadBackoffMax:    time.Second,
 		MaxAttempts:       3,
-		Dialer:            &kafka.Dialer{Timeout: w.cfg.KafkaTimeout},
+		Dialer:            &kafka.Dialer{Timeout: w.cfg.KafkaTimeout, TLS: w.cfg.TLS, SASLMechanism: w.cfg.SASL, ClientID: ClientID(w.cfg.GroupID)},
 		Logger:            kafka.LoggerFunc(func(f string, a ...any) { kl.Debug(fmt.Sprintf(f, a...)) }),
 		ErrorLogger:       kafka.LoggerFunc(func(f string, a ...any) { kl.Warn(fmt.Sprintf(f, a...)) }),
 	})
@@ -206,9 +220,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	return runErr
 }
 
-// fetch collects up to BatchSize messages: it waits for the first as long
-// as it takes, then at most BatchLinger for the rest. Cancelling ctx ends
-// the batch early; the messages fetched so far are returned.
+// ClientID names this process to the brokers: "dedupe-worker.", the
+// group, the host name and the process ID. A group member's ID starts with
+// its client ID, so broker-side tools show which pod holds which
+// partitions.
+func ClientID(group string) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("dedupe-worker.%s.%s.%d", group, host, os.Getpid())
+}
+
+// fetch collects up to BatchSize messages or BatchBytes bytes: it waits
+// for the first as long as it takes, then at most BatchLinger for the
+// rest. Cancelling ctx ends the batch early; the messages fetched so far
+// are returned.
 func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafka.Message, []time.Time) {
 	batch, fetched := b.batch[:0], b.fetched[:0]
 	// The linger timer cancels lctx; one timer per batch, not a deadline
@@ -222,7 +246,8 @@ func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafk
 		}
 	}()
 	backoff := newBackoff()
-	for len(batch) < w.cfg.BatchSize {
+	size := 0
+	for len(batch) < w.cfg.BatchSize && size < w.cfg.BatchBytes {
 		m, err := r.FetchMessage(lctx)
 		if err != nil {
 			if lctx.Err() != nil { // ctx cancelled, or the linger is over
@@ -242,6 +267,7 @@ func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafk
 		}
 		batch = append(batch, m)
 		fetched = append(fetched, now)
+		size += messageBytes(&m)
 	}
 	return batch, fetched
 }
@@ -281,6 +307,15 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 			continue
 		}
 		seen[k] = struct{}{}
+		if size := messageBytes(m); size > maxMessageBytes {
+			// It could be produced neither forward nor as a dead letter, and
+			// would stop the partition: dead-letter it without its value.
+			tl := *m
+			tl.Value = nil
+			dead = append(dead, deadLetter(&tl, fmt.Errorf("%w: %d bytes", ErrTooLarge, size)))
+			w.m.deadLettered.WithLabelValues(reasonLabel(ErrTooLarge)).Inc()
+			continue
+		}
 		id, at, err := w.cfg.Extractor.Extract(m)
 		if err != nil {
 			dead = append(dead, deadLetter(m, err))
@@ -460,6 +495,25 @@ func (b *headerBuf) with(m *kafka.Message, extra kafka.Header) []kafka.Header {
 	return b.headers[first:len(b.headers):len(b.headers)]
 }
 
+// ErrTooLarge dead-letters a message too large to produce again with the
+// headers the worker adds; its dead letter has no value, and its
+// dedupe-source header says where the original is.
+var ErrTooLarge = fmt.Errorf("message is larger than the producer's limit of %d bytes less %d for headers; the value is left out, see dedupe-source",
+	sink.MaxBatchBytes, headerAllowance)
+
+// headerAllowance is room left for the headers the worker adds.
+const headerAllowance = 4096
+
+const maxMessageBytes = sink.MaxBatchBytes - headerAllowance
+
+func messageBytes(m *kafka.Message) int {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
 // deadLetter is the input unchanged, with the reason and its source.
 func deadLetter(m *kafka.Message, reason error) kafka.Message {
 	h := make([]kafka.Header, 0, len(m.Headers)+2)
@@ -474,7 +528,7 @@ func reasonLabel(err error) string {
 		label string
 	}{
 		{ErrNotJSON, "not_json"}, {ErrTooDeep, "too_deep"}, {ErrNoID, "no_id"}, {ErrEmptyID, "empty_id"},
-		{ErrBadID, "bad_id"}, {ErrNoTime, "no_time"}, {ErrBadTime, "bad_time"}, {ErrInvalidUTF8, "invalid_utf8"},
+		{ErrBadID, "bad_id"}, {ErrNoTime, "no_time"}, {ErrBadTime, "bad_time"}, {ErrInvalidUTF8, "invalid_utf8"}, {ErrTooLarge, "too_large"},
 	} {
 		if errors.Is(err, e.err) {
 			return e.label

@@ -24,9 +24,11 @@ var ErrNotInstalled = errors.New("redis-server not found on PATH: install the De
 
 // Server is one redis-server process.
 type Server struct {
+	// Addr is where clients connect: the TLS port with Options.TLS.
 	Addr string
 	Dir  string
 	args []string
+	opts Options
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  *bytes.Buffer
@@ -38,6 +40,10 @@ type Server struct {
 // (created if missing), no persistence unless args ask for it, and waits
 // until it answers PING.
 func Start(ctx context.Context, dir string, args ...string) (*Server, error) {
+	return start(ctx, dir, Options{}, args)
+}
+
+func start(ctx context.Context, dir string, o Options, args []string) (*Server, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, ErrNotInstalled
 	}
@@ -50,7 +56,7 @@ func Start(ctx context.Context, dir string, args ...string) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, args: args}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, args: args, opts: o}
 		if last = s.start(ctx); last == nil {
 			return s, nil
 		}
@@ -70,12 +76,7 @@ func FreePort() (int, error) {
 
 func (s *Server) start(ctx context.Context) error {
 	_, port, _ := net.SplitHostPort(s.Addr)
-	argv := append([]string{
-		"--port", port, "--bind", "127.0.0.1", "--dir", s.Dir,
-		"--save", "", "--appendonly", "no", "--daemonize", "no",
-		"--logfile", "", "--protected-mode", "no",
-	}, s.args...)
-	s.cmd = exec.Command("redis-server", argv...)
+	s.cmd = exec.Command("redis-server", s.argv(port)...)
 	s.log = &bytes.Buffer{}
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -84,7 +85,9 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	s.done = make(chan struct{})
 	go func() { s.cmd.Wait(); close(s.done) }()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	co := s.ClientOptions()
+	co.MaxRetries, co.DialTimeout = -1, 200*time.Millisecond
+	c := redis.NewClient(co)
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -186,6 +189,19 @@ func (s *Server) Kill() error {
 	return nil
 }
 
+// Running reports whether the process is up (started and not exited).
+func (s *Server) Running() bool {
+	if s.done == nil {
+		return false
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // Pause stops the process (SIGSTOP); Resume continues it.
 func (s *Server) Pause() error  { return s.cmd.Process.Signal(syscall.SIGSTOP) }
 func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
@@ -196,6 +212,9 @@ func (s *Server) Log() string { return s.log.String() }
 // Cluster is a Redis Cluster of redis-server processes.
 type Cluster struct {
 	Nodes []*Server
+	// replicas is how many replicas each master was started with.
+	replicas int
+	opts     Options
 }
 
 // Addrs are the addresses of all nodes.
@@ -209,27 +228,36 @@ func (c *Cluster) Addrs() []string {
 
 // StartCluster starts masters*(1+replicas) nodes under dir, joins them with
 // redis-cli --cluster create and waits until every node reports the
-// cluster healthy.
-func StartCluster(ctx context.Context, dir string, masters, replicas int) (*Cluster, error) {
+// cluster healthy. args go to every node after the defaults, so they can
+// override them: "--cluster-node-timeout", "500" makes a failover take
+// about two seconds instead of five.
+func StartCluster(ctx context.Context, dir string, masters, replicas int, args ...string) (*Cluster, error) {
+	return startCluster(ctx, dir, masters, replicas, Options{}, args)
+}
+
+func startCluster(ctx context.Context, dir string, masters, replicas int, o Options, args []string) (*Cluster, error) {
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		return nil, ErrNotInstalled
 	}
-	c := &Cluster{}
+	c := &Cluster{replicas: replicas, opts: o}
 	for i := 0; i < masters*(1+replicas); i++ {
-		n, err := Start(ctx, filepath.Join(dir, fmt.Sprintf("node%d", i)),
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no")
+		// A replica's sync starts at once, not after the default 5 s wait
+		// for more replicas to share a diskless transfer.
+		nodeArgs := append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no",
+			"--repl-diskless-sync-delay", "0"}, args...)
+		n, err := start(ctx, filepath.Join(dir, fmt.Sprintf("node%d", i)), o, nodeArgs)
 		if err != nil {
 			c.Stop()
 			return nil, err
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	create := append([]string{"--cluster", "create"}, c.Addrs()...)
+	create = append(create, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if out, err := exec.CommandContext(cctx, "redis-cli", args...).CombinedOutput(); err != nil {
+	if out, err := cli(cctx, o, create...).CombinedOutput(); err != nil {
 		c.Stop()
 		return nil, fmt.Errorf("redis-cli --cluster create: %w: %s", err, out)
 	}
@@ -240,34 +268,31 @@ func StartCluster(ctx context.Context, dir string, masters, replicas int) (*Clus
 	return c, nil
 }
 
-// WaitHealthy waits until every running node reports cluster_state:ok and
-// agrees that all 16384 slots are served.
+// WaitHealthy waits until every running node reports cluster_state:ok,
+// agrees that all 16384 slots are served, and names only running nodes as
+// the masters serving them: after a master is killed, until its replica
+// has taken over.
 func (c *Cluster) WaitHealthy(ctx context.Context, limit time.Duration) error {
+	return c.wait(ctx, limit, false)
+}
+
+// WaitReplicated is WaitHealthy that also waits until every master has as
+// many replicas in sync (state=online) and answering WAIT as it was
+// started with: after a killed master is restarted, until it has rejoined
+// as a replica and copied its new master's data.
+func (c *Cluster) WaitReplicated(ctx context.Context, limit time.Duration) error {
+	return c.wait(ctx, limit, true)
+}
+
+func (c *Cluster) wait(ctx context.Context, limit time.Duration, replicated bool) error {
 	deadline := time.Now().Add(limit)
 	for {
-		ok := true
-		var last string
-		for _, n := range c.Nodes {
-			select {
-			case <-n.done:
-				continue
-			default:
-			}
-			cl := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
-			ictx, cancel := context.WithTimeout(ctx, time.Second)
-			info, err := cl.ClusterInfo(ictx).Result()
-			cancel()
-			cl.Close()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
-				ok, last = false, fmt.Sprintf("%s: %v %s", n.Addr, err, firstLine(info))
-				break
-			}
-		}
-		if ok {
+		err := c.check(ctx, replicated)
+		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("redis cluster not healthy after %v: %s", limit, last)
+			return fmt.Errorf("redis cluster not healthy after %v: %w", limit, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -275,6 +300,133 @@ func (c *Cluster) WaitHealthy(ctx context.Context, limit time.Duration) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// check returns why the cluster is not healthy, or nil.
+func (c *Cluster) check(ctx context.Context, replicated bool) error {
+	masters := map[string]bool{}
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		err := func() error {
+			cl := c.nodeClient(n.Addr)
+			defer cl.Close()
+			ictx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			info, err := cl.ClusterInfo(ictx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
+				return fmt.Errorf("%s: %v %s", n.Addr, err, firstLine(info))
+			}
+			slots, err := cl.ClusterSlots(ictx).Result()
+			if err != nil {
+				return fmt.Errorf("%s: %w", n.Addr, err)
+			}
+			for _, s := range slots {
+				m := c.node(s.Nodes[0].Addr)
+				if m == nil || !m.Running() {
+					return fmt.Errorf("%s: slots %d-%d are served by %s, which is down", n.Addr, s.Start, s.End, s.Nodes[0].Addr)
+				}
+				masters[m.Addr] = true
+			}
+			return nil
+		}()
+		if err != nil {
+			return err
+		}
+	}
+	if !replicated {
+		return nil
+	}
+	for addr := range masters {
+		if err := c.checkReplicas(ctx, addr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkReplicas returns nil if the master at addr has its replicas in sync
+// and acknowledging: a replica just done with its first sync can take up
+// to a second to answer a WAIT.
+func (c *Cluster) checkReplicas(ctx context.Context, addr string) error {
+	cl := c.nodeClient(addr)
+	defer cl.Close()
+	ictx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := cl.Info(ictx, "replication").Result()
+	if err != nil {
+		return fmt.Errorf("%s: %w", addr, err)
+	}
+	if online := strings.Count(info, ",state=online,"); online < c.replicas {
+		return fmt.Errorf("%s: %d of %d replicas in sync", addr, online, c.replicas)
+	}
+	// WAIT covers what the master had when this connection's last command
+	// ran (the INFO above; newer Redis versions count only writes, and
+	// answer at once here).
+	acks, err := cl.Wait(ictx, c.replicas, 200*time.Millisecond).Result()
+	if err != nil {
+		return fmt.Errorf("%s: WAIT: %w", addr, err)
+	}
+	if int(acks) < c.replicas {
+		return fmt.Errorf("%s: %d of %d replicas acknowledge", addr, acks, c.replicas)
+	}
+	return nil
+}
+
+// node is the node at addr, nil if none.
+func (c *Cluster) node(addr string) *Server {
+	for _, n := range c.Nodes {
+		if n.Addr == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// Shard returns the master serving key's hash slot and that master's
+// replicas, as the first running node sees them.
+func (c *Cluster) Shard(ctx context.Context, key string) (master *Server, replicas []*Server, err error) {
+	var n *Server
+	for _, x := range c.Nodes {
+		if x.Running() {
+			n = x
+			break
+		}
+	}
+	if n == nil {
+		return nil, nil, errors.New("no node of the cluster is running")
+	}
+	cl := c.nodeClient(n.Addr)
+	defer cl.Close()
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	slot, err := cl.ClusterKeySlot(cctx, key).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", n.Addr, err)
+	}
+	slots, err := cl.ClusterSlots(cctx).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", n.Addr, err)
+	}
+	for _, s := range slots {
+		if int(slot) < s.Start || int(slot) > s.End {
+			continue
+		}
+		for i, sn := range s.Nodes {
+			node := c.node(sn.Addr)
+			if node == nil {
+				return nil, nil, fmt.Errorf("%s names %s, not a node of this cluster", n.Addr, sn.Addr)
+			}
+			if i == 0 {
+				master = node
+			} else {
+				replicas = append(replicas, node)
+			}
+		}
+		return master, replicas, nil
+	}
+	return nil, nil, fmt.Errorf("%s: no node serves slot %d", n.Addr, slot)
 }
 
 func firstLine(s string) string {

@@ -4,13 +4,16 @@ package sink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
 )
 
@@ -25,6 +28,12 @@ const (
 	ErrorHeader = "dedupe-error"
 )
 
+// MaxBatchBytes bounds a produce request per partition, which is one
+// record batch: a broker refuses batches above its message.max.bytes
+// (1048588 by default), and kafka-go refuses, before sending, a single
+// message larger than this.
+const MaxBatchBytes = 1_040_000
+
 // Config configures a Writer.
 type Config struct {
 	Brokers []string
@@ -35,6 +44,10 @@ type Config struct {
 	// Timeout bounds one Write, retries included. Default: 10s.
 	Timeout time.Duration
 	Logger  *zap.Logger
+	// TLS, when set, is used for every broker connection.
+	TLS *tls.Config
+	// SASL, when set, authenticates every broker connection.
+	SASL sasl.Mechanism
 }
 
 // Writer produces to one topic with acks from all in-sync replicas.
@@ -69,16 +82,18 @@ func New(cfg Config) *Writer {
 			RequiredAcks:    kafka.RequireAll,
 			BatchSize:       cfg.BatchSize,
 			BatchTimeout:    2 * time.Millisecond,
-			BatchBytes:      64 << 20,
+			BatchBytes:      MaxBatchBytes,
 			MaxAttempts:     5,
 			WriteBackoffMin: 50 * time.Millisecond,
 			WriteBackoffMax: time.Second,
 			ReadTimeout:     cfg.Timeout,
 			WriteTimeout:    cfg.Timeout,
 			Transport: &kafka.Transport{
-				Dial:        (&kafka.Dialer{Timeout: cfg.Timeout}).DialFunc,
+				Dial:        (&net.Dialer{Timeout: cfg.Timeout}).DialContext,
 				DialTimeout: cfg.Timeout,
 				IdleTimeout: time.Minute,
+				TLS:         cfg.TLS,
+				SASL:        cfg.SASL,
 			},
 			Logger:      kafka.LoggerFunc(func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }),
 			ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) { log.Warn(fmt.Sprintf(f, a...)) }),
@@ -98,7 +113,7 @@ func (w *Writer) Write(ctx context.Context, msgs []kafka.Message) error {
 	if err := w.w.WriteMessages(ctx, msgs...); err != nil {
 		var werr kafka.WriteErrors
 		if errors.As(err, &werr) {
-			return fmt.Errorf("writing to %s: %d of %d messages failed: %w", w.w.Topic, werr.Count(), len(msgs), err)
+			return fmt.Errorf("writing to %s: %d of %d messages failed: %w", w.w.Topic, werr.Count(), len(msgs), distinct(werr))
 		}
 		return fmt.Errorf("writing %d messages to %s: %w", len(msgs), w.w.Topic, err)
 	}
@@ -136,4 +151,18 @@ func (sourcePartition) Balance(msg kafka.Message, partitions ...int) int {
 		}
 	}
 	return partitions[0]
+}
+
+// distinct joins the different errors of a write once each: a batch
+// refused for one reason gives one line, not one per message.
+func distinct(werr kafka.WriteErrors) error {
+	var errs []error
+	seen := map[string]bool{}
+	for _, e := range werr {
+		if e != nil && !seen[e.Error()] {
+			seen[e.Error()] = true
+			errs = append(errs, e)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -23,19 +23,46 @@ func Server(t testing.TB, args ...string) *redisproc.Server {
 	return s
 }
 
-// Client is a client of s with deadlines enabled, closed after the test.
+// ServerWith starts a standalone redis-server for this test that makes
+// clients log in, or speaks TLS only, or both.
+func ServerWith(t testing.TB, o redisproc.Options, args ...string) *redisproc.Server {
+	t.Helper()
+	s, err := redisproc.StartWith(context.Background(), t.TempDir(), o, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	return s
+}
+
+// ClusterWith is Cluster with nodes that make clients log in, or speak TLS
+// only, or both.
+func ClusterWith(t testing.TB, replicas int, o redisproc.Options, args ...string) *redisproc.Cluster {
+	t.Helper()
+	c, err := redisproc.StartClusterWith(context.Background(), t.TempDir(), 3, replicas, o, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	return c
+}
+
+// Client is a client of s with deadlines enabled (logged in and over TLS
+// as s was started), closed after the test.
 func Client(t testing.TB, s *redisproc.Server) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, ReadTimeout: 10 * time.Second})
+	o := s.ClientOptions()
+	o.ContextTimeoutEnabled, o.ReadTimeout = true, 10*time.Second
+	c := redis.NewClient(o)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
 
 // Cluster starts a Redis Cluster of three masters (with replicas replicas
-// each) for this test.
-func Cluster(t testing.TB, replicas int) *redisproc.Cluster {
+// each) for this test; args go to every node (see redisproc.StartCluster).
+func Cluster(t testing.TB, replicas int, args ...string) *redisproc.Cluster {
 	t.Helper()
-	c, err := redisproc.StartCluster(context.Background(), t.TempDir(), 3, replicas)
+	c, err := redisproc.StartCluster(context.Background(), t.TempDir(), 3, replicas, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +73,9 @@ func Cluster(t testing.TB, replicas int) *redisproc.Cluster {
 // ClusterClient is a cluster client of c, closed after the test.
 func ClusterClient(t testing.TB, c *redisproc.Cluster) *redis.ClusterClient {
 	t.Helper()
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true, ReadTimeout: 10 * time.Second})
+	o := c.ClusterOptions()
+	o.ContextTimeoutEnabled, o.ReadTimeout = true, 10*time.Second
+	cc := redis.NewClusterClient(o)
 	t.Cleanup(func() { cc.Close() })
 	return cc
 }

@@ -1,0 +1,116 @@
+package bloom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrTooFewReplicas wraps (inside ErrRedis) the failure of a call whose
+// writes fewer than Config.MinReplicas replicas acknowledged in time. The
+// call was applied on the master; calling again gives the same decisions
+// and succeeds once the replicas have caught up.
+var ErrTooFewReplicas = errors.New("writes not acknowledged by enough replicas")
+
+// syncTTL is how long a shard's sync key lives after its last write.
+const syncTTL = time.Minute
+
+// SyncKey is the key of a shard that every call with Config.MinReplicas
+// above zero writes after its script, so that its WAIT covers every write
+// made before it on that master (see runReplicated).
+func (f *Filter) SyncKey(shard int) string { return f.slot(shard) + ":w" }
+
+// pipeliner is a client whose pipelines run on one connection: a
+// *redis.Client, or a node client of a Cluster.
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// runReplicated runs the script for one shard and makes its result count
+// only once MinReplicas replicas have what it wrote. On one connection to
+// the master serving the shard, in one pipeline: the script, a write of
+// the shard's sync key, WAIT.
+//
+// The sync key is written because WAIT waits for the replication offset of
+// the last write (on Redis 7.0, of the last command) made on its own
+// connection, not on the server: a retry on a fresh connection whose
+// script only replays recorded decisions writes nothing, and its WAIT
+// would return at once even though the records it read, written by the
+// failed call, have not reached any replica. The write moves the
+// connection's offset to the master's current one, so a successful call's
+// verdicts are always on MinReplicas replicas.
+//
+// On a Cluster the master comes from the client's slot map, and replies
+// such as MOVED, ASK, CLUSTERDOWN or a refused connection are not followed
+// here (a redirected script would lose its WAIT): the call fails, and the
+// slot map is reloaded so that the caller's next try reaches the master
+// that serves the slot then, for instance a replica promoted by a
+// failover.
+func (f *Filter) runReplicated(ctx context.Context, shard int, keys []string, args ...any) (string, error) {
+	var conn pipeliner = f.client
+	cc, _ := f.client.(*redis.ClusterClient)
+	if cc != nil {
+		node, err := cc.MasterForKey(ctx, f.SyncKey(shard))
+		if err != nil {
+			cc.ReloadState(ctx)
+			return "", fmt.Errorf("finding the master of shard %d: %w", shard, err)
+		}
+		conn = node
+	}
+	res, err := f.evalAndWait(ctx, conn, shard, false, keys, args)
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		res, err = f.evalAndWait(ctx, conn, shard, true, keys, args)
+	}
+	if err != nil && cc != nil {
+		// Asynchronous, and at most one reload every 200 ms however many
+		// calls ask: cheap enough to ask on every failure, which also
+		// covers a master cut off from its replica after a failover.
+		cc.ReloadState(ctx)
+	}
+	return res, err
+}
+
+// evalAndWait sends the script (its source if load, else its hash), the
+// sync key write and WAIT in one pipeline on conn.
+func (f *Filter) evalAndWait(ctx context.Context, conn pipeliner, shard int, load bool, keys []string, args []any) (string, error) {
+	// WAIT gets half the time left, so that its own answer (how many
+	// replicas acknowledged) arrives before the call's deadline. WAIT 0
+	// would block forever: never ask for less than a millisecond.
+	wait := time.Millisecond
+	if dl, ok := ctx.Deadline(); ok {
+		wait = max(wait, (time.Until(dl) / 2).Truncate(time.Millisecond))
+	}
+	pipe := conn.Pipeline()
+	var script *redis.Cmd
+	if load {
+		script = testAndSetScript.Eval(ctx, pipe, keys, args...)
+	} else {
+		script = testAndSetScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	mark := pipe.Set(ctx, f.SyncKey(shard), "1", syncTTL)
+	// Pipeliner lacks Wait; the command is built as cmdable.Wait builds it.
+	acks := redis.NewIntCmd(ctx, "wait", f.cfg.MinReplicas, wait.Milliseconds())
+	_ = pipe.Process(ctx, acks)
+	_, execErr := pipe.Exec(ctx)
+	res, err := script.Text()
+	if err != nil {
+		return "", err
+	}
+	if err := mark.Err(); err != nil {
+		return "", fmt.Errorf("writing %s: %w", f.SyncKey(shard), err)
+	}
+	n, err := acks.Result()
+	if err != nil {
+		return "", fmt.Errorf("WAIT: %w", err)
+	}
+	if execErr != nil {
+		return "", execErr
+	}
+	if n < int64(f.cfg.MinReplicas) {
+		return "", fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrTooFewReplicas, n, f.cfg.MinReplicas, wait)
+	}
+	return res, nil
+}

@@ -1,0 +1,129 @@
+package redisproc
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"os"
+	"os/exec"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Options start a server with access control or TLS (StartWith).
+type Options struct {
+	// User and Password, when User is set, add an ACL user with every
+	// permission and turn the default user off: clients must log in.
+	User, Password string
+	// TLS, when set, makes the server accept TLS only: --port 0 and a TLS
+	// port, which becomes Addr.
+	TLS *TLS
+}
+
+// TLS is the TLS setup of a server.
+type TLS struct {
+	// CertFile, KeyFile and CAFile are the server's certificate, its key,
+	// and the CA client certificates are checked against (PEM files).
+	CertFile, KeyFile, CAFile string
+	// AuthClients is redis-server's tls-auth-clients: "no" (the default
+	// here), "optional" or "yes".
+	AuthClients string
+	// Client is the configuration of this package's own clients (start-up
+	// and health checks): it must trust CAFile, and hold a client
+	// certificate when AuthClients is yes.
+	Client *tls.Config
+	// ClientCertFile and ClientKeyFile are that client certificate as
+	// files, for redis-cli; needed when AuthClients is yes.
+	ClientCertFile, ClientKeyFile string
+}
+
+// StartWith is Start for a server that makes clients log in, or speaks
+// TLS only, or both; args are more redis-server arguments.
+func StartWith(ctx context.Context, dir string, o Options, args ...string) (*Server, error) {
+	return start(ctx, dir, o, args)
+}
+
+// ClientOptions are options for a client of s: its address, and the user,
+// password and TLS configuration it was started with.
+func (s *Server) ClientOptions() *redis.Options {
+	o := &redis.Options{Addr: s.Addr, Username: s.opts.User, Password: s.opts.Password}
+	if s.opts.TLS != nil {
+		o.TLSConfig = s.opts.TLS.Client
+	}
+	return o
+}
+
+// argv is the redis-server command line for port.
+func (s *Server) argv(port string) []string {
+	o := s.opts
+	argv := []string{"--port", port}
+	if o.TLS != nil {
+		auth := o.TLS.AuthClients
+		if auth == "" {
+			auth = "no"
+		}
+		argv = []string{"--port", "0", "--tls-port", port,
+			"--tls-cert-file", o.TLS.CertFile, "--tls-key-file", o.TLS.KeyFile,
+			"--tls-ca-cert-file", o.TLS.CAFile, "--tls-auth-clients", auth}
+	}
+	argv = append(argv, "--bind", "127.0.0.1", "--dir", s.Dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no",
+		"--logfile", "", "--protected-mode", "no")
+	if o.User != "" {
+		argv = append(argv, "--user", "default", "off", "--user", o.User, "on", ">"+o.Password, "~*", "&*", "+@all")
+	}
+	return append(argv, s.args...)
+}
+
+// StartClusterWith is StartCluster for nodes that make clients log in, or
+// speak TLS only, or both; with TLS the cluster bus and replication use
+// TLS too, and with a user the replicas log in to their masters as it.
+func StartClusterWith(ctx context.Context, dir string, masters, replicas int, o Options, args ...string) (*Cluster, error) {
+	if o.TLS != nil {
+		args = append([]string{"--tls-cluster", "yes", "--tls-replication", "yes"}, args...)
+	}
+	if o.User != "" {
+		args = append([]string{"--masteruser", o.User, "--masterauth", o.Password}, args...)
+	}
+	return startCluster(ctx, dir, masters, replicas, o, args)
+}
+
+// ClusterOptions are options for a cluster client of c: the seeds, and
+// the user, password and TLS configuration the nodes were started with.
+func (c *Cluster) ClusterOptions() *redis.ClusterOptions {
+	o := &redis.ClusterOptions{Addrs: c.Addrs(), Username: c.opts.User, Password: c.opts.Password}
+	if c.opts.TLS != nil {
+		o.TLSConfig = c.opts.TLS.Client
+	}
+	return o
+}
+
+// nodeClient is a client of the node at addr, which need not be one of
+// c.Nodes, as the nodes' options say; it does not retry.
+func (c *Cluster) nodeClient(addr string) *redis.Client {
+	o := &redis.Options{Addr: addr, MaxRetries: -1, Username: c.opts.User, Password: c.opts.Password}
+	if c.opts.TLS != nil {
+		o.TLSConfig = c.opts.TLS.Client
+	}
+	return redis.NewClient(o)
+}
+
+// cli is a redis-cli command that logs in and speaks TLS as o says; the
+// password is passed in the environment, not on the command line.
+func cli(ctx context.Context, o Options, args ...string) *exec.Cmd {
+	var pre []string
+	if o.User != "" {
+		pre = append(pre, "--user", o.User)
+	}
+	if o.TLS != nil {
+		pre = append(pre, "--tls", "--cacert", o.TLS.CAFile)
+		if o.TLS.ClientCertFile != "" {
+			pre = append(pre, "--cert", o.TLS.ClientCertFile, "--key", o.TLS.ClientKeyFile)
+		}
+	}
+	cmd := exec.CommandContext(ctx, "redis-cli", append(pre, args...)...)
+	if o.User != "" {
+		cmd.Env = append(os.Environ(), fmt.Sprintf("REDISCLI_AUTH=%s", o.Password))
+	}
+	return cmd
+}
