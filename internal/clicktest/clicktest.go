@@ -27,7 +27,17 @@ const (
 type Truth struct {
 	Valid     map[string]bool // distinct valid click IDs
 	Malformed int
-	Total     int
+	// Bad are the distinct malformed payloads.
+	Bad   map[string]bool
+	Total int
+}
+
+func (t *Truth) bad(v []byte) {
+	if t.Bad == nil {
+		t.Bad = map[string]bool{}
+	}
+	t.Bad[string(v)] = true
+	t.Malformed++
 }
 
 // malformed are the broken forms, in turn.
@@ -57,7 +67,7 @@ func Generate(n int, dupShare, badShare float64, seed uint64) ([]*kgo.Record, Tr
 		switch r := rng.Float64(); {
 		case r < badShare:
 			v = fmt.Sprintf(malformed[tr.Malformed%len(malformed)], now)
-			tr.Malformed++
+			tr.bad([]byte(v))
 		case r < badShare+dupShare && len(values) > 0:
 			v = values[rng.IntN(len(values))]
 		default:
@@ -78,9 +88,83 @@ func Generate(n int, dupShare, badShare float64, seed uint64) ([]*kgo.Record, Tr
 	return recs, tr
 }
 
+// Hostile adds to recs and tr, at random places, records meant to break
+// a parser or a worker's memory, each with a known fate: random bytes;
+// payloads of about a megabyte that nest a million levels, nest too deep
+// after a valid ID, or stop in the middle (all dead letters); valid
+// megabyte events, each sent twice; IDs that are large or fractional
+// numbers, null, empty, arrays, duplicated keys, and one ID written with
+// and without JSON escapes (the same ID); and a valid event just below the
+// broker's size limit, too large to forward with the worker's headers,
+// which is dead-lettered without its value. It returns the new stream.
+func Hostile(recs []*kgo.Record, tr *Truth, seed uint64) []*kgo.Record {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	now := time.Now().UnixMilli()
+	var add []*kgo.Record
+	put := func(v []byte, validID string) {
+		add = append(add, &kgo.Record{Key: []byte("hostile"), Value: v})
+		tr.Total++
+		if validID == "" {
+			tr.bad(v)
+		} else {
+			tr.Valid[validID] = true
+		}
+	}
+	for i := 0; i < 300; i++ {
+		b := make([]byte, 1+rng.IntN(4096))
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		if i%3 == 0 {
+			b[0] = '{' // looks like JSON for a byte
+		}
+		put(b, "")
+	}
+	const mb = 1_000_000 // under a broker's default message size limit
+	pad := strings.Repeat("x", mb-100)
+	for i := 0; i < 3; i++ {
+		put([]byte(strings.Repeat("[", mb-i)), "")
+		put(fmt.Appendf(nil, `{"click_id":"deep-%d","ts":%d,"x":%s1%s}`, i, now, strings.Repeat("[", 100_000), strings.Repeat("]", 100_000)), "")
+		put(fmt.Appendf(nil, `{"click_id":"cut-%d","ts":%d,"pad":"%s`, i, now, pad), "")
+		huge := fmt.Appendf(nil, `{"click_id":"huge-%d","ts":%d,"pad":"%s"}`, i, now, pad)
+		put(huge, fmt.Sprintf("huge-%d", i))
+		put(huge, fmt.Sprintf("huge-%d", i))
+	}
+	// A valid event too large to produce again with the worker's headers
+	// (though small enough for the input): dead-lettered without its value.
+	add = append(add, &kgo.Record{Key: []byte("hostile"), Value: fmt.Appendf(nil, `{"click_id":"too-big","ts":%d,"pad":"%s"}`, now, strings.Repeat("y", 1_037_000))})
+	tr.Total++
+	tr.bad(nil)
+	for _, c := range []struct{ v, id string }{
+		{`{"click_id":-12.5e3,"ts":%d}`, "-12.5e3"},
+		{`{"click_id":123456789012345678901234567890,"ts":%d}`, "123456789012345678901234567890"},
+		{`{"click_id":null,"ts":%d}`, ""},
+		{`{"click_id":"","ts":%d}`, ""},
+		{`{"click_id":[],"ts":%d}`, ""},
+		{`{"click_id":"dk-1","click_id":null,"ts":%d}`, "dk-1"},
+		{`{"click_id":null,"click_id":"dk-2","ts":%d}`, ""},
+		{`{"click_id":"\u00e9t\u00e9-1","ts":%d}`, "\u00e9t\u00e9-1"},
+		{`{"click_id":"été-1","ts":%d}`, "été-1"},
+	} {
+		put(fmt.Appendf(nil, c.v, now), c.id)
+	}
+	out := make([]*kgo.Record, 0, len(recs)+len(add))
+	for _, r := range recs {
+		for len(add) > 0 && rng.IntN(len(recs)) < len(add) {
+			out = append(out, add[0])
+			add = add[1:]
+		}
+		out = append(out, r)
+	}
+	return append(out, add...)
+}
+
 // Produce writes recs to topic.
 func Produce(ctx context.Context, brokers []string, topic string, recs []*kgo.Record) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(2<<20))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
+		// Batches below a broker's default limit (1048588 bytes); a record of
+		// up to about a megabyte still fits alone.
+		kgo.ProducerBatchMaxBytes(1_040_000))
 	if err != nil {
 		return err
 	}
@@ -147,6 +231,7 @@ type Report struct {
 	Malformed      int
 	DeadMissing    int // malformed inputs never dead-lettered
 	NoReason       int // dead letters without dedupe-error
+	WrongDead      int // dead letters whose payload is not a malformed input
 	OrderBreaks    int // first copies of one input partition out of order
 }
 
@@ -193,22 +278,34 @@ func Check(tr Truth, out, dead []*kgo.Record) Report {
 		}
 	}
 	deadSources := map[string]bool{}
+	deadValues := map[string]bool{}
 	for _, r := range dead {
 		if Header(r, ErrorHeader) == "" {
 			rep.NoReason++
 		}
+		if !tr.Bad[string(r.Value)] {
+			rep.WrongDead++
+		}
 		deadSources[Header(r, SourceHeader)] = true
+		deadValues[string(r.Value)] = true
 	}
-	rep.DeadMissing = max(tr.Malformed-len(deadSources), 0)
+	missingValues := 0
+	for v := range tr.Bad {
+		if !deadValues[v] {
+			missingValues++
+		}
+	}
+	rep.DeadMissing = max(tr.Malformed-len(deadSources), missingValues, 0)
 	return rep
 }
 
 // OK reports whether nothing was lost or mangled.
 func (r Report) OK() bool {
-	return r.Lost == 0 && r.DuplicatesPass == 0 && r.Unknown == 0 && r.Conflicts == 0 && r.DeadMissing == 0 && r.NoReason == 0 && r.OrderBreaks == 0
+	return r.Lost == 0 && r.DuplicatesPass == 0 && r.Unknown == 0 && r.Conflicts == 0 && r.DeadMissing == 0 && r.NoReason == 0 &&
+		r.WrongDead == 0 && r.OrderBreaks == 0
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("distinct %d, lost %d, duplicates passed %d, unknown %d, conflicts %d, output %d (replays %d), malformed %d, dead-letter missing %d, without reason %d, order breaks %d",
-		r.Distinct, r.Lost, r.DuplicatesPass, r.Unknown, r.Conflicts, r.OutRecords, r.Replays, r.Malformed, r.DeadMissing, r.NoReason, r.OrderBreaks)
+	return fmt.Sprintf("distinct %d, lost %d, duplicates passed %d, unknown %d, conflicts %d, output %d (replays %d), malformed %d, dead-letter missing %d, without reason %d, wrongly dead %d, order breaks %d",
+		r.Distinct, r.Lost, r.DuplicatesPass, r.Unknown, r.Conflicts, r.OutRecords, r.Replays, r.Malformed, r.DeadMissing, r.NoReason, r.WrongDead, r.OrderBreaks)
 }

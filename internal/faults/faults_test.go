@@ -58,7 +58,7 @@ func addRow(format string, a ...any) {
 	tableMu.Lock()
 	defer tableMu.Unlock()
 	if len(table) == 0 {
-		table = append(table, fmt.Sprintf("%-22s %8s %8s %6s %10s %8s %10s %9s %s", "scenario", "events", "distinct", "lost", "dups pass", "replays", "DLQ miss", "faults", "recovery (max)"))
+		table = append(table, fmt.Sprintf("%-22s %8s %8s %6s %10s %8s %10s %9s %8s %s", "scenario", "events", "distinct", "lost", "dups pass", "replays", "DLQ miss", "faults", "peak MB", "recovery (max)"))
 	}
 	table = append(table, fmt.Sprintf(format, a...))
 }
@@ -79,10 +79,14 @@ type rig struct {
 	// redisAddrs and extraEnv go to every worker.
 	redisAddrs []string
 	extraEnv   []string
+	// mutate, if set, changes the generated input before it is produced.
+	mutate  func(recs []*kgo.Record, tr *clicktest.Truth) []*kgo.Record
 	truth   clicktest.Truth
 	pending []*kgo.Record // input not produced yet
 	mu      sync.Mutex
 	workers map[int]*worker
+	// recoveries are what recovered measured, in order.
+	recoveries []time.Duration
 }
 
 type worker struct {
@@ -227,6 +231,12 @@ func (r *rig) eventsIn() map[int]float64 {
 // call, and returns how long that took: the time to recover from a fault.
 // It returns 0 early when the input is used up (no progress is possible).
 func (r *rig) recovered(limit time.Duration) time.Duration {
+	d := r.recoveredWithin(limit)
+	r.recoveries = append(r.recoveries, d.Round(time.Millisecond))
+	return d
+}
+
+func (r *rig) recoveredWithin(limit time.Duration) time.Duration {
 	start := time.Now()
 	before := r.eventsIn()
 	lastCheck := start
@@ -306,6 +316,9 @@ func (r *rig) feed(n int) {
 // rest, waits for the end, and checks and reports.
 func run(t *testing.T, name string, r *rig, replicas, upfront int, fault func(r *rig) (faults int, recovery time.Duration)) {
 	recs, tr := clicktest.Generate(200_000, 0.07, 0.01, uint64(len(name)))
+	if r.mutate != nil {
+		recs = r.mutate(recs, &tr)
+	}
 	r.truth, r.pending = tr, recs
 	r.feed(upfront)
 	for i := 0; i < replicas; i++ {
@@ -321,21 +334,75 @@ func run(t *testing.T, name string, r *rig, replicas, upfront int, fault func(r 
 		live = append(live, i)
 	}
 	r.mu.Unlock()
+	var peak int64
 	for _, i := range live {
+		peak = max(peak, r.peakRSS(i))
 		r.stop(i)
 	}
 	rep := clicktest.Check(tr, r.read(outTopic), r.read(dlqTopic))
-	addRow("%-22s %8d %8d %6d %10d %8d %10d %9d %v (run %v)", name, tr.Total, rep.Distinct, rep.Lost, rep.DuplicatesPass,
-		rep.Replays, rep.DeadMissing, faults, recovery.Round(time.Millisecond), time.Since(start).Round(time.Second))
+	addRow("%-22s %8d %8d %6d %10d %8d %10d %9d %8d %v (run %v)", name, tr.Total, rep.Distinct, rep.Lost, rep.DuplicatesPass,
+		rep.Replays, rep.DeadMissing, faults, peak>>20, recovery.Round(time.Millisecond), time.Since(start).Round(time.Second))
+	if peak > maxRSS {
+		t.Errorf("%s: a worker's peak resident memory was %d MiB, above the bound of %d MiB", name, peak>>20, maxRSS>>20)
+	}
+	t.Logf("%s: time to recover after each fault: %v", name, r.recoveries)
 	if !rep.OK() {
 		t.Errorf("%s: %v", name, rep)
 	}
 	t.Logf("%s: %v", name, rep)
 }
 
-// Replicas are killed with SIGKILL at random moments, twelve times, and
-// restarted: batches die with their Redis call in flight, between the
-// produce and the commit, anywhere.
+// maxRSS bounds each worker's peak resident memory in every scenario. With
+// batches of 500 the worker holds at most three batches, the reader's
+// queue of 500 messages and a fetch buffer per partition; the hostile
+// scenario's megabyte messages must not push it past this.
+const maxRSS = 256 << 20
+
+// peakRSS is worker i's peak resident memory so far (VmHWM), 0 if unknown.
+func (r *rig) peakRSS(i int) int64 {
+	r.mu.Lock()
+	w := r.workers[i]
+	r.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", w.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// Hostile input is mixed into the stream of two replicas: random bytes,
+// megabyte payloads nested a million levels deep, cut short or valid and
+// sent twice, IDs of odd kinds. Each lands in the dead-letter topic with a
+// reason or is deduplicated, no worker crashes (both exit 0 on SIGTERM at
+// the end), and peak memory stays under maxRSS.
+func TestHostileInput(t *testing.T) {
+	r := newRig(t)
+	r.mutate = func(recs []*kgo.Record, tr *clicktest.Truth) []*kgo.Record { return clicktest.Hostile(recs, tr, 11) }
+	run(t, "hostile input", r, 2, 200_000, func(r *rig) (int, time.Duration) {
+		return 0, r.recovered(30 * time.Second)
+	})
+}
+
+// Replicas are killed with SIGKILL twelve times and restarted. The kills
+// take turns among three moments:
+//   - any moment while input flows;
+//   - with the replica's test-and-set in flight: Redis is stopped while the
+//     replicas are busy, a replica is killed, and Redis then runs the call
+//     it finds in the dead client's socket, so decisions are recorded whose
+//     events were never produced (the crash between Redis and Kafka);
+//   - between producing and committing: the group coordinator holds back
+//     offset commits, and the replica whose commit arrives first is killed,
+//     with its output acknowledged and its offsets not committed.
 func TestWorkerCrashes(t *testing.T) {
 	r := newRig(t)
 	// Input arrives in chunks: one lands just before each kill, so batches
@@ -345,19 +412,84 @@ func TestWorkerCrashes(t *testing.T) {
 	run(t, "worker kill -9 x12", r, 3, chunk, func(r *rig) (int, time.Duration) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		var worst time.Duration
+		var moments [3]int
 		for k := 0; k < 12; k++ {
 			r.feed(chunk)
 			time.Sleep(time.Duration(20+rng.IntN(180)) * time.Millisecond)
-			i := rng.IntN(3)
-			r.kill(i)
+			var i int
+			switch k % 3 {
+			case 0:
+				i = rng.IntN(3)
+				r.kill(i)
+				moments[0]++
+			case 1:
+				i = rng.IntN(3)
+				r.redis.Pause()
+				time.Sleep(300 * time.Millisecond)
+				r.kill(i)
+				r.redis.Resume()
+				moments[1]++
+			case 2:
+				var ok bool
+				if i, ok = r.killAtCommit(10 * time.Second); !ok {
+					continue
+				}
+				moments[2]++
+			}
 			time.Sleep(time.Duration(50+rng.IntN(200)) * time.Millisecond)
 			r.start(i)
 			r.waitReady(i, 30*time.Second)
 			r.feed(chunk)
 			worst = max(worst, r.recovered(30*time.Second))
 		}
-		return 12, worst
+		t.Logf("kills: %d at random, %d with a Redis call in flight, %d between produce and commit", moments[0], moments[1], moments[2])
+		if moments[2] < 4 {
+			t.Errorf("only %d of 4 kills between produce and commit happened", moments[2])
+		}
+		return moments[0] + moments[1] + moments[2], worst
 	})
+}
+
+// killAtCommit holds back every offset commit until one arrives, kills
+// the replica that sent it, and lets commits through again. It returns
+// the replica's index, or false if no commit came within limit.
+func (r *rig) killAtCommit(limit time.Duration) (int, bool) {
+	var hold atomic.Bool
+	hold.Store(true)
+	first := make(chan string, 1)
+	r.broker.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if !hold.Load() {
+			return nil, nil, false // and the control function is dropped
+		}
+		r.broker.KeepControl()
+		select {
+		case first <- req.(*kmsg.OffsetCommitRequest).MemberID:
+		default:
+		}
+		return nil, errors.New("commit held back by the test"), true
+	})
+	defer hold.Store(false)
+	select {
+	case member := <-first:
+		// A member ID starts with the client ID, which ends with the pid.
+		r.mu.Lock()
+		found := -1
+		for i, w := range r.workers {
+			if strings.Contains(member, fmt.Sprintf(".%d-", w.cmd.Process.Pid)) {
+				found = i
+			}
+		}
+		r.mu.Unlock()
+		if found < 0 {
+			r.t.Errorf("no replica has the member ID %q", member)
+			return 0, false
+		}
+		r.kill(found)
+		return found, true
+	case <-time.After(limit):
+		r.t.Errorf("no offset commit within %v", limit)
+		return 0, false
+	}
 }
 
 // Redis stops answering for 10 s (SIGSTOP): the workers wait, are not

@@ -1,0 +1,49 @@
+package sink_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/sink"
+)
+
+// Messages of about a megabyte each, one after another, must each go in a
+// record batch the broker accepts (its default limit is 1048588 bytes),
+// and small ones around them still share batches.
+func TestLargeMessagesFitTheBrokerLimit(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.SeedTopics(1, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w := sink.New(sink.Config{Brokers: c.ListenAddrs(), Topic: "out", Timeout: 5 * time.Second})
+	defer w.Close()
+	var msgs []kafka.Message
+	for i := 0; i < 3; i++ {
+		msgs = append(msgs, kafka.Message{Value: []byte(strings.Repeat("x", sink.MaxBatchBytes-2000))},
+			kafka.Message{Value: []byte("small")}, kafka.Message{Value: []byte("small too")})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.Write(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := clicktest.ReadAll(c.ListenAddrs(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(msgs) {
+		t.Fatalf("read %d messages back, wrote %d", len(got), len(msgs))
+	}
+	for i, r := range got {
+		if string(r.Value) != string(msgs[i].Value) {
+			t.Fatalf("message %d: %d bytes back, %d written", i, len(r.Value), len(msgs[i].Value))
+		}
+	}
+}
