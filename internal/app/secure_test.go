@@ -417,13 +417,7 @@ func TestRunSecuredSCRAM(t *testing.T) {
 			}
 			cfg.KafkaSASLMechanism, cfg.KafkaSASLUsername, cfg.KafkaSASLPassword = tc.mech, "dedupe", config.Secret(kafkaPass)
 			cfg.RedisUsername, cfg.RedisPassword = "dedupe", config.Secret(redisPass)
-			start := time.Now()
-			r := startRun(t, cfg, zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel)))
-			endToEnd(t, k, r)
-			if err := r.stop(t); err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			t.Logf("end to end in %v", time.Since(start).Round(time.Millisecond))
+			runToEnd(t, k, cfg)
 
 			wrong := cfg
 			wrong.HTTPAddr = redisproc.FreeAddr()
@@ -513,6 +507,12 @@ func TestRunRedisClusterACLTLS(t *testing.T) {
 	cfg := secureConfig(k.broker.ListenAddrs(), c.Addrs())
 	cfg.Shards = 3
 	cfg.RedisUsername, cfg.RedisPassword, cfg.RedisTLSCAFile = "dedupe", config.Secret(redisPass), certs.CAFile
+	runToEnd(t, k, cfg)
+}
+
+// runToEnd runs a worker with cfg through endToEnd and stops it.
+func runToEnd(t *testing.T, k *secureKafka, cfg config.Config) {
+	t.Helper()
 	start := time.Now()
 	r := startRun(t, cfg, zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel)))
 	endToEnd(t, k, r)

@@ -123,9 +123,12 @@ func newKafkaRig(t *testing.T, brokers int, redisAddrs ...string) *rig {
 	t.Cleanup(func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		for _, w := range r.workers {
+		for i, w := range r.workers {
 			w.cmd.Process.Kill()
 			<-w.done
+			if t.Failed() {
+				t.Logf("worker %d's log (its last 4 kB):\n%s", i, tail(w.stderr.String(), 4096))
+			}
 		}
 	})
 	return r
@@ -141,7 +144,7 @@ func (r *rig) start(i int) {
 		"DEDUPE_ID_FIELD=click_id", "DEDUPE_TIME_FIELD=ts",
 		// Expected false positives far below one: 200k IDs in a filter for 2M at 1e-9.
 		"DEDUPE_EXPECTED_PER_WINDOW=2000000", "DEDUPE_FALSE_POSITIVE_RATE=1e-9",
-		"DEDUPE_BATCH_SIZE=500", "DEDUPE_BATCH_LINGER=20ms", "DEDUPE_HTTP_ADDR="+w.http, "DEDUPE_LOG_LEVEL=error",
+		"DEDUPE_BATCH_SIZE=500", "DEDUPE_BATCH_LINGER=20ms", "DEDUPE_HTTP_ADDR="+w.http, "DEDUPE_LOG_LEVEL=warn",
 		"DEDUPE_REDIS_TIMEOUT=1s", "DEDUPE_KAFKA_TIMEOUT=5s", "DEDUPE_KAFKA_SESSION_TIMEOUT=1s", "DEDUPE_SHUTDOWN_TIMEOUT=10s")
 	w.cmd.Env = append(w.cmd.Env, r.extraEnv...)
 	w.cmd.Stderr = w.stderr
@@ -585,4 +588,11 @@ func TestKafkaFaults(t *testing.T) {
 		worst = max(worst, r.recovered(30*time.Second))
 		return 3, worst
 	})
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
 }
