@@ -1,0 +1,422 @@
+package deploy
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// composeFile is the part of the Compose specification docker-compose.yml
+// uses. Decoding is strict, so a field outside it (or a misspelt one)
+// fails; add a field here when the file needs a new one.
+type composeFile struct {
+	Name     string                    `json:"name"`
+	Services map[string]composeService `json:"services"`
+	Volumes  map[string]*struct{}      `json:"volumes"`
+}
+
+type composeService struct {
+	Image           string                      `json:"image"`
+	Build           *composeBuild               `json:"build"`
+	Hostname        string                      `json:"hostname"`
+	Command         []string                    `json:"command"`
+	Entrypoint      []string                    `json:"entrypoint"`
+	Environment     map[string]string           `json:"environment"`
+	EnvFile         []string                    `json:"env_file"`
+	Ports           []string                    `json:"ports"`
+	Volumes         []string                    `json:"volumes"`
+	DependsOn       map[string]composeDependsOn `json:"depends_on"`
+	Healthcheck     *composeHealthcheck         `json:"healthcheck"`
+	ReadOnly        bool                        `json:"read_only"`
+	CapDrop         []string                    `json:"cap_drop"`
+	SecurityOpt     []string                    `json:"security_opt"`
+	Restart         string                      `json:"restart"`
+	StopGracePeriod string                      `json:"stop_grace_period"`
+}
+
+type composeBuild struct {
+	Context    string `json:"context"`
+	Dockerfile string `json:"dockerfile"`
+}
+
+type composeDependsOn struct {
+	Condition string `json:"condition"`
+}
+
+type composeHealthcheck struct {
+	Test        []string `json:"test"`
+	Interval    string   `json:"interval"`
+	Timeout     string   `json:"timeout"`
+	Retries     int      `json:"retries"`
+	StartPeriod string   `json:"start_period"`
+}
+
+// pendingSubcommands are being added to cmd/dedupe-worker by another
+// change; until its usage text lists them they are accepted by name.
+var pendingSubcommands = []string{"generate", "count"}
+
+func loadCompose(t *testing.T) composeFile {
+	t.Helper()
+	// yaml.v3, like Compose, resolves the anchors and merge keys, lets a
+	// key override a merged one and rejects a key set twice.
+	var top map[string]any
+	if err := yaml.Unmarshal(readRepoFile(t, "docker-compose.yml"), &top); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	// Top-level x-* keys are Compose extensions (the shared anchors).
+	for k := range top {
+		if strings.HasPrefix(k, "x-") {
+			delete(top, k)
+		}
+	}
+	rest, err := json.Marshal(top)
+	if err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	var c composeFile
+	if err := decodeStrict(rest, &c); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	if len(c.Services) == 0 {
+		t.Fatal("docker-compose.yml: no services")
+	}
+	return c
+}
+
+// ourImage reports whether s runs the image built from the Dockerfile.
+func ourImage(s composeService) bool { return s.Build != nil }
+
+func TestComposeServices(t *testing.T) {
+	c := loadCompose(t)
+
+	kafka, ok := c.Services["kafka"]
+	if !ok {
+		t.Fatal("no kafka service")
+	}
+	if !regexp.MustCompile(`^apache/kafka:[34]\.\d+\.\d+$`).MatchString(kafka.Image) {
+		t.Errorf("kafka image %q: want the official apache/kafka, pinned to a 3.x or 4.x release", kafka.Image)
+	}
+	env := kafka.Environment
+	if !strings.Contains(env["KAFKA_PROCESS_ROLES"], "controller") || !strings.Contains(env["KAFKA_PROCESS_ROLES"], "broker") {
+		t.Errorf("kafka: KAFKA_PROCESS_ROLES %q: want KRaft, broker and controller in one node", env["KAFKA_PROCESS_ROLES"])
+	}
+	if !slices.Contains(strings.Split(env["KAFKA_ADVERTISED_LISTENERS"], ","), "PLAINTEXT://kafka:9092") {
+		t.Errorf("kafka: KAFKA_ADVERTISED_LISTENERS %q must advertise kafka:9092 to the other containers", env["KAFKA_ADVERTISED_LISTENERS"])
+	}
+	if kafka.Healthcheck == nil {
+		t.Error("kafka: no healthcheck, so nothing can wait for it")
+	}
+
+	redis, ok := c.Services["redis"]
+	if !ok {
+		t.Fatal("no redis service")
+	}
+	if !regexp.MustCompile(`^redis:7(\.\d+)*$`).MatchString(redis.Image) {
+		t.Errorf("redis image %q: want the official redis:7", redis.Image)
+	}
+	if !strings.Contains(strings.Join(redis.Command, " "), "--appendonly yes") {
+		t.Errorf("redis: command %q: want --appendonly yes", redis.Command)
+	}
+	if redis.Healthcheck == nil {
+		t.Error("redis: no healthcheck")
+	}
+
+	// Every service depended on with service_healthy has a healthcheck,
+	// and every dependency exists.
+	for name, s := range c.Services {
+		for dep, cond := range s.DependsOn {
+			d, ok := c.Services[dep]
+			switch {
+			case !ok:
+				t.Errorf("%s depends on %s, which is not a service", name, dep)
+			case cond.Condition == "service_healthy" && d.Healthcheck == nil:
+				t.Errorf("%s waits for %s to be healthy, which has no healthcheck", name, dep)
+			case cond.Condition != "service_healthy" && cond.Condition != "service_completed_successfully" && cond.Condition != "service_started":
+				t.Errorf("%s: depends_on %s condition %q", name, dep, cond.Condition)
+			}
+		}
+		if ourImage(s) {
+			if s.Build.Context != "." || s.Build.Dockerfile != "Dockerfile" {
+				t.Errorf("%s: build %+v, want context . and the Dockerfile", name, *s.Build)
+			}
+			if _, err := os.Stat(repoPath(s.Build.Dockerfile)); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+	}
+}
+
+// The worker services: two replicas of the click pipeline, each with a
+// valid configuration from its env_file, a read-only root filesystem and
+// its metrics port on its own host port.
+func TestComposeWorkers(t *testing.T) {
+	c := loadCompose(t)
+	var workers []string
+	hostPorts := map[string]string{}
+	for _, name := range sortedKeys(c.Services) {
+		s := c.Services[name]
+		if !ourImage(s) || (len(s.Command) > 0 && s.Command[0] != "run") {
+			continue
+		}
+		workers = append(workers, name)
+		if !s.ReadOnly {
+			t.Errorf("%s: read_only is not true", name)
+		}
+		if !slices.Contains(s.CapDrop, "ALL") {
+			t.Errorf("%s: cap_drop does not hold ALL", name)
+		}
+		env := composeEnv(t, name, s)
+		cfg, err := loadConfig(t, env)
+		if err != nil {
+			t.Errorf("%s: config.Load with its env_file: %v", name, err)
+			continue
+		}
+		if cfg.Pipeline != "clicks" {
+			t.Errorf("%s: pipeline %q, want clicks", name, cfg.Pipeline)
+		}
+		if !slices.Contains(cfg.KafkaBrokers, "kafka:9092") || !slices.Contains(cfg.RedisAddrs, "redis:6379") {
+			t.Errorf("%s: brokers %v and Redis %v, want the compose services kafka:9092 and redis:6379", name, cfg.KafkaBrokers, cfg.RedisAddrs)
+		}
+		port := strconv.Itoa(int(httpPort(t, cfg)))
+		exposed := false
+		for _, p := range s.Ports {
+			host, container, ok := strings.Cut(p, ":")
+			if !ok || container != port {
+				continue
+			}
+			exposed = true
+			if other, dup := hostPorts[host]; dup {
+				t.Errorf("%s and %s both publish host port %s", other, name, host)
+			}
+			hostPorts[host] = name
+		}
+		if !exposed {
+			t.Errorf("%s: ports %v do not publish the metrics port %s (DEDUPE_HTTP_ADDR)", name, s.Ports, port)
+		}
+		for _, dep := range []string{"redis", "kafka"} {
+			if !dependsOn(c, name, dep) {
+				t.Errorf("%s does not wait for %s", name, dep)
+			}
+		}
+		// The shutdown needs up to 2 x DEDUPE_SHUTDOWN_TIMEOUT + 5 s; the
+		// default 10 s would kill a worker in the middle of it.
+		grace, err := time.ParseDuration(s.StopGracePeriod)
+		if need := 2*cfg.ShutdownTimeout + closeBound; err != nil || grace < need {
+			t.Errorf("%s: stop_grace_period %q, want at least %v", name, s.StopGracePeriod, need)
+		}
+	}
+	if len(workers) != 2 {
+		t.Errorf("worker services %v: want two", workers)
+	}
+}
+
+// dependsOn reports whether service name waits for dep, directly or
+// through another service.
+func dependsOn(c composeFile, name, dep string) bool {
+	seen := map[string]bool{}
+	var walk func(string) bool
+	walk = func(n string) bool {
+		if seen[n] {
+			return false
+		}
+		seen[n] = true
+		for d := range c.Services[n].DependsOn {
+			if d == dep || walk(d) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(name)
+}
+
+// composeEnv is the DEDUPE_* environment of a service: its env_files in
+// order, then environment. Every file must exist and hold only config
+// variables.
+func composeEnv(t *testing.T, name string, s composeService) map[string]string {
+	t.Helper()
+	if len(s.EnvFile) == 0 {
+		t.Fatalf("%s: no env_file", name)
+	}
+	env := map[string]string{}
+	for _, f := range s.EnvFile {
+		data, err := os.ReadFile(repoPath(f))
+		if err != nil {
+			t.Fatalf("%s: env_file: %v", name, err)
+		}
+		vars, err := parseEnvFile(data)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", name, f, err)
+		}
+		checkKnownKeys(t, f, vars)
+		for k, v := range vars {
+			env[k] = v
+		}
+	}
+	for k, v := range s.Environment {
+		if strings.HasPrefix(k, "DEDUPE_") {
+			env[k] = v
+		}
+	}
+	checkKnownKeys(t, name+" environment", env)
+	return env
+}
+
+// subcommands are the first words the binary accepts, from the usage text
+// in cmd/dedupe-worker/main.go ("usage: dedupe-worker [run | plan [flags]
+// | stats]").
+func subcommands(t *testing.T) []string {
+	t.Helper()
+	src := string(readRepoFile(t, "cmd", "dedupe-worker", "main.go"))
+	m := regexp.MustCompile("const usage = `usage: dedupe-worker \\[([^\\n]*)\\]").FindStringSubmatch(src)
+	if m == nil {
+		t.Fatal("cmd/dedupe-worker/main.go: no usage line")
+	}
+	var cmds []string
+	for _, alt := range strings.Split(m[1], "|") {
+		if f := strings.Fields(alt); len(f) > 0 {
+			cmds = append(cmds, f[0])
+		}
+	}
+	if !slices.Contains(cmds, "run") {
+		t.Fatalf("usage line %q: no run", m[1])
+	}
+	return cmds
+}
+
+// subcommandHelp is the usage text's description of cmd (its line and
+// the indented lines under it), empty if there is none.
+func subcommandHelp(t *testing.T, cmd string) string {
+	t.Helper()
+	src := string(readRepoFile(t, "cmd", "dedupe-worker", "main.go"))
+	_, body, ok := strings.Cut(src, "const usage = `")
+	if !ok {
+		t.Fatal("cmd/dedupe-worker/main.go: no usage text")
+	}
+	body, _, _ = strings.Cut(body, "`")
+	var help []string
+	in := false
+	for _, l := range strings.Split(body, "\n")[1:] {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 0:
+		case strings.HasPrefix(l, "  ") && !strings.HasPrefix(l, "   "):
+			in = f[0] == cmd
+			if in {
+				help = append(help, l)
+			}
+		case in:
+			help = append(help, l)
+		}
+	}
+	return strings.Join(help, "\n")
+}
+
+func TestComposeGeneratorAndCounter(t *testing.T) {
+	c := loadCompose(t)
+	known := subcommands(t)
+	for _, p := range pendingSubcommands {
+		if !slices.Contains(known, p) {
+			t.Logf("%s is not in the usage text of cmd/dedupe-worker yet; accepted as pending", p)
+			known = append(known, p)
+		}
+	}
+	for _, tc := range []struct{ service, cmd string }{{"generator", "generate"}, {"counter", "count"}} {
+		s, ok := c.Services[tc.service]
+		if !ok {
+			t.Errorf("no %s service", tc.service)
+			continue
+		}
+		if !ourImage(s) {
+			t.Errorf("%s: want the dedupe-worker image built from the Dockerfile", tc.service)
+		}
+		if len(s.Command) == 0 || s.Command[0] != tc.cmd {
+			t.Errorf("%s: command %q, want %s first", tc.service, s.Command, tc.cmd)
+			continue
+		}
+		if !slices.Contains(known, s.Command[0]) {
+			t.Errorf("%s: %s is not a subcommand of dedupe-worker (%v)", tc.service, s.Command[0], known)
+		}
+		// Once the usage text describes the subcommand, its flags must be
+		// among those it names.
+		if help := subcommandHelp(t, tc.cmd); help != "" {
+			for _, arg := range s.Command[1:] {
+				if strings.HasPrefix(arg, "-") && !regexp.MustCompile(regexp.QuoteMeta(arg)+`\b`).MatchString(help) {
+					t.Errorf("%s: flag %s is not in the usage of %s: %q", tc.service, arg, tc.cmd, help)
+				}
+			}
+		}
+		if !s.ReadOnly {
+			t.Errorf("%s: read_only is not true", tc.service)
+		}
+		// They read DEDUPE_KAFKA_BROKERS and the topics from the same file
+		// as the workers.
+		env := composeEnv(t, tc.service, s)
+		for _, k := range []string{"DEDUPE_KAFKA_BROKERS", "DEDUPE_INPUT_TOPIC", "DEDUPE_OUTPUT_TOPIC"} {
+			if env[k] == "" {
+				t.Errorf("%s: %s not set", tc.service, k)
+			}
+		}
+		if !dependsOn(c, tc.service, "kafka") {
+			t.Errorf("%s does not wait for kafka", tc.service)
+		}
+	}
+	gen := c.Services["generator"]
+	if got := strings.Join(gen.Command, " "); got != "generate -rate 500" {
+		t.Errorf("generator: command %q, want generate -rate 500", got)
+	}
+	if got := strings.Join(c.Services["counter"].Command, " "); got != "count" {
+		t.Errorf("counter: command %q, want count", got)
+	}
+}
+
+// Automatic topic creation is off, so something must create the three
+// topics of config/clicks.env, with more partitions than workers.
+func TestComposeTopicsCreated(t *testing.T) {
+	c := loadCompose(t)
+	vars, err := parseEnvFile(readRepoFile(t, "config", "clicks.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	auto := c.Services["kafka"].Environment["KAFKA_AUTO_CREATE_TOPICS_ENABLE"]
+	var script string
+	for _, name := range sortedKeys(c.Services) {
+		s := c.Services[name]
+		if strings.HasPrefix(s.Image, "apache/kafka:") && name != "kafka" {
+			script += strings.Join(append(append([]string{}, s.Entrypoint...), s.Command...), " ")
+		}
+	}
+	if auto == "true" {
+		return // the broker makes them on first use
+	}
+	if script == "" {
+		t.Fatal("topic auto-creation is off and no init service creates the topics")
+	}
+	for _, k := range []string{"DEDUPE_INPUT_TOPIC", "DEDUPE_OUTPUT_TOPIC", "DEDUPE_DLQ_TOPIC"} {
+		if !regexp.MustCompile(`(^|[\s"'])` + regexp.QuoteMeta(vars[k]) + `($|[\s;"'])`).MatchString(script) {
+			t.Errorf("the init service does not create %s %q", k, vars[k])
+		}
+	}
+	if !strings.Contains(script, "--create") {
+		t.Error("the init service runs no kafka-topics.sh --create")
+	}
+	m := regexp.MustCompile(`--partitions\s+(\d+)`).FindStringSubmatch(script)
+	if m == nil {
+		t.Fatal("the init service gives no --partitions")
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 2 {
+		t.Errorf("--partitions %d: two workers need at least two partitions", n)
+	}
+	for name, s := range c.Services {
+		if ourImage(s) && c.Services[name].DependsOn["kafka-init"].Condition != "service_completed_successfully" {
+			t.Errorf("%s does not wait for kafka-init to complete", name)
+		}
+	}
+}
