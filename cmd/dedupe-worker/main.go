@@ -3,6 +3,9 @@
 //	dedupe-worker          run a worker configured by DEDUPE_* variables
 //	dedupe-worker plan     print the filter sizing for n, p and a window
 //	dedupe-worker stats    print the live filter statistics from Redis
+//	dedupe-worker demo     run the whole pipeline on this machine and verify it
+//	dedupe-worker generate produce click events to the input topic
+//	dedupe-worker count    count the output topic by dedupe-source
 package main
 
 import (
@@ -23,14 +26,21 @@ import (
 	"dedupe-worker/config"
 	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/demo"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-const usage = `usage: dedupe-worker [run | plan [flags] | stats]
-  run    consume, deduplicate and forward (the default); configured by DEDUPE_* variables
-  plan   print the filter sizing; flags -n, -p, -window default to the DEDUPE_* values
-  stats  print the live filter statistics of the configured pipeline`
+const usage = `usage: dedupe-worker [run | plan [flags] | stats | demo [flags] | generate [flags] | count [flags]]
+  run       consume, deduplicate and forward (the default); configured by DEDUPE_* variables
+  plan      print the filter sizing; flags -n, -p, -window default to the DEDUPE_* values
+  stats     print the live filter statistics of the configured pipeline
+  demo      run a broker, redis-server, a click generator, two replicas and a verifier
+            on this machine, and report; flags -n, -dup, -bad, -window, -p, -expected
+  generate  produce click events to DEDUPE_INPUT_TOPIC on DEDUPE_KAFKA_BROKERS;
+            flags -n (0: forever), -rate, -dup, -bad
+  count     count DEDUPE_OUTPUT_TOPIC on DEDUPE_KAFKA_BROKERS by dedupe-source
+            until SIGTERM, printing running totals`
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "run"
@@ -61,6 +71,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return plan(args, stdout, stderr)
 	case "stats":
 		return stats(ctx, stdout, stderr)
+	case "demo":
+		return demo.RunDemo(ctx, args, stdout, stderr)
+	case "generate":
+		return demo.RunGenerate(ctx, args, stdout, stderr)
+	case "count":
+		return demo.RunCount(ctx, args, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return 0

@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"dedupe-worker/internal/sink"
 )
@@ -308,4 +310,180 @@ func (r Report) OK() bool {
 func (r Report) String() string {
 	return fmt.Sprintf("distinct %d, lost %d, duplicates passed %d, unknown %d, conflicts %d, output %d (replays %d), malformed %d, dead-letter missing %d, without reason %d, wrongly dead %d, order breaks %d",
 		r.Distinct, r.Lost, r.DuplicatesPass, r.Unknown, r.Conflicts, r.OutRecords, r.Replays, r.Malformed, r.DeadMissing, r.NoReason, r.WrongDead, r.OrderBreaks)
+}
+
+// Event is one click event of a Stream and what it is in the ground truth.
+type Event struct {
+	Key, Value []byte
+	// ID is the click ID; empty when the event is malformed.
+	ID string
+	// Dup: the event repeats an earlier one exactly (its value, event time
+	// included), under a new key.
+	Dup bool
+	// Time is the event time the value carries (or would, if malformed).
+	Time time.Time
+}
+
+// Stream makes click events one at a time, without end: the streaming
+// form of Generate for load generators and long runs. Each event is,
+// independently, malformed with probability bad (the forms of Generate,
+// in turn), an exact repeat of one of the last Recent valid events with
+// probability dup, and otherwise a new click stamped with the clock.
+// Click IDs carry a prefix drawn from the seed, so streams with different
+// seeds share no ID. Not safe for concurrent use.
+type Stream struct {
+	rng      *rand.Rand
+	dup, bad float64
+	prefix   string
+	now      func() time.Time
+	recent   []Event
+	next     int // where the next valid event goes in recent, once full
+	n        int
+	badN     int
+}
+
+// Recent is how many past valid events a Stream draws its repeats from.
+const Recent = 100_000
+
+// NewStream returns a stream with the given shares of duplicates and
+// malformed events; now is the clock (time.Now if nil).
+func NewStream(dup, bad float64, seed uint64, now func() time.Time) *Stream {
+	if now == nil {
+		now = time.Now
+	}
+	rng := rand.New(rand.NewPCG(seed, 3))
+	return &Stream{rng: rng, dup: dup, bad: bad, prefix: fmt.Sprintf("%08x", rng.Uint32()), now: now}
+}
+
+// Next returns the next event.
+func (s *Stream) Next() Event {
+	i := s.n
+	s.n++
+	t := s.now()
+	ms := t.UnixMilli()
+	key := []byte(fmt.Sprintf("u%d", s.rng.IntN(10_000)))
+	switch r := s.rng.Float64(); {
+	case r < s.bad:
+		v := fmt.Sprintf(malformed[s.badN%len(malformed)], ms)
+		s.badN++
+		return Event{Key: key, Value: []byte(v), Time: time.UnixMilli(ms)}
+	case r < s.bad+s.dup && len(s.recent) > 0:
+		e := s.recent[s.rng.IntN(len(s.recent))]
+		e.Key, e.Dup = key, true
+		return e
+	}
+	id := fmt.Sprintf("click-%s-%d", s.prefix, i)
+	e := Event{Key: key, ID: id, Time: time.UnixMilli(ms),
+		Value: fmt.Appendf(nil, `{"click_id":%q,"ts":%d,"page":"/p/%d","user":"u%d"}`, id, ms, i%97, s.rng.IntN(100_000))}
+	if len(s.recent) < Recent {
+		s.recent = append(s.recent, e)
+	} else {
+		s.recent[s.next] = e
+		s.next = (s.next + 1) % Recent
+	}
+	return e
+}
+
+// Add counts e into t.
+func (t *Truth) Add(e Event) {
+	if t.Valid == nil {
+		t.Valid = map[string]bool{}
+	}
+	t.Total++
+	if e.ID == "" {
+		t.bad(e.Value)
+		return
+	}
+	t.Valid[e.ID] = true
+}
+
+// ReadToEnd reads every record of topic up to the end offsets its
+// partitions have when it is called, or until ctx ends.
+func ReadToEnd(ctx context.Context, brokers []string, topic string) ([]*kgo.Record, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.FetchMaxBytes(64<<20))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ends, err := EndOffsets(ctx, cl, topic)
+	if err != nil {
+		return nil, err
+	}
+	parts := map[int32]kgo.Offset{}
+	left := 0
+	for p, end := range ends {
+		if end > 0 {
+			parts[p] = kgo.NewOffset().AtStart()
+			left++
+		}
+	}
+	if left == 0 {
+		return nil, nil
+	}
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts})
+	var out []*kgo.Record
+	done := map[int32]bool{}
+	for left > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return out, fmt.Errorf("reading %s: %d partitions not read to the end: %w", topic, left, ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= ends[r.Partition] {
+				return
+			}
+			out = append(out, r)
+			if r.Offset == ends[r.Partition]-1 && !done[r.Partition] {
+				done[r.Partition] = true
+				left--
+			}
+		})
+	}
+	return out, nil
+}
+
+// EndOffsets returns the end offset (the next offset to be written) of
+// every partition of topic.
+func EndOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
+	mreq := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	mreq.Topics = append(mreq.Topics, mt)
+	mresp, err := mreq.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	if len(mresp.Topics) != 1 {
+		return nil, fmt.Errorf("metadata of %s: %d topics in the reply", topic, len(mresp.Topics))
+	}
+	if err := kerr.ErrorForCode(mresp.Topics[0].ErrorCode); err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	lreq := kmsg.NewPtrListOffsetsRequest()
+	lt := kmsg.NewListOffsetsRequestTopic()
+	lt.Topic = topic
+	for _, p := range mresp.Topics[0].Partitions {
+		lp := kmsg.NewListOffsetsRequestTopicPartition()
+		lp.Partition = p.Partition
+		lp.Timestamp = -1 // the end
+		lt.Partitions = append(lt.Partitions, lp)
+	}
+	lreq.Topics = append(lreq.Topics, lt)
+	lresp, err := lreq.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	ends := map[int32]int64{}
+	for _, t := range lresp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return nil, fmt.Errorf("end offset of %s/%d: %w", topic, p.Partition, err)
+			}
+			ends[p.Partition] = p.Offset
+		}
+	}
+	if len(ends) != len(mresp.Topics[0].Partitions) {
+		return nil, fmt.Errorf("end offsets of %s: %d of %d partitions answered", topic, len(ends), len(mresp.Topics[0].Partitions))
+	}
+	return ends, nil
 }

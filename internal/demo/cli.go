@@ -1,0 +1,196 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// RunDemo is the demo command: it parses args, runs the demo with the
+// progress on stderr and prints the report on stdout. It returns the exit
+// code: 0 when the verifier found nothing lost, 1 otherwise or when the
+// run failed, 2 for bad flags.
+func RunDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: dedupe-worker demo [flags]\n\nRuns a broker, redis-server, a click generator, two worker replicas and a verifier on this machine.")
+		fs.PrintDefaults()
+	}
+	var o Options
+	fs.IntVar(&o.N, "n", 200_000, "click events to produce")
+	fs.Float64Var(&o.Dup, "dup", 0.07, "share of events that repeat an earlier click exactly")
+	fs.Float64Var(&o.Bad, "bad", 0.01, "share of malformed events")
+	fs.DurationVar(&o.Window, "window", 10*time.Minute, "deduplication window (rolling)")
+	fs.Float64Var(&o.P, "p", 1e-6, "target false-positive rate of the filter at its capacity")
+	fs.Int64Var(&o.Expected, "expected", 0, "filter capacity in distinct IDs per window (0: the distinct IDs this run will have)")
+	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the click generator")
+	fs.BoolVar(&o.Verbose, "v", false, "show the workers' warnings as they are logged")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "dedupe-worker demo: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	o.Progress, o.Terminal = stderr, isTerminal(stderr)
+	res, err := Run(ctx, o)
+	if err != nil && ctx.Err() != nil {
+		fmt.Fprintln(stderr, "\ndedupe-worker demo: interrupted; everything it started is stopped")
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "dedupe-worker demo:", err)
+		if errors.Is(err, ErrInvalidOptions) {
+			return 2
+		}
+		if res != nil && res.Log != "" {
+			fmt.Fprintf(stderr, "the workers logged:\n%s", res.Log)
+		}
+		return 1
+	}
+	res.Print(stdout)
+	if !res.OK() {
+		if res.Log != "" {
+			fmt.Fprintf(stderr, "the workers logged:\n%s", res.Log)
+		}
+		return 1
+	}
+	return 0
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// Print writes the report.
+func (r *Result) Print(w io.Writer) {
+	o, pl := r.Options, r.Plan
+	fmt.Fprintf(w, "dedupe-worker demo: %s click events (%s%% repeats, %s%% malformed) through %d worker replicas in one group, %d input partitions\n",
+		group3(int64(r.Events)), percent(o.Dup), percent(o.Bad), Replicas, r.Partitions)
+	fmt.Fprintf(w, "filter: %s distinct IDs per %v rolling window at p = %g; %d words x %d bits per ID, %d shard(s), %s bits (%.1f per ID at capacity), achieved p %.2g at capacity\n\n",
+		group3(pl.Elements), o.Window, pl.TargetFPR, pl.Layout.Words, pl.Layout.BitsPerWord, pl.Shards, group3(int64(pl.Bits())), pl.BitsPerElement(), pl.AchievedFPR)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
+	row("events in", "%s", group3(int64(r.Events)))
+	row("distinct valid IDs", "%s (in %s valid events)", group3(int64(r.Distinct)), group3(int64(r.Valid)))
+	row("forwarded", "%s distinct by dedupe-source; %s records, %s of them replays", group3(int64(r.ForwardedSources)),
+		group3(int64(r.OutRecords)), group3(int64(r.Replays)))
+	row("duplicates dropped", "%s: %s repeats of an ID already seen, %s first copies taken for repeats (false positives)",
+		group3(int64(r.Dropped)), group3(int64(r.Valid-r.Distinct)), group3(int64(r.FalsePositives)))
+	row("dead-lettered", "%s of %s malformed (%s)", group3(int64(r.DeadLettered)), group3(int64(r.Malformed)), reasons(r.DeadReasons))
+	lost := group3(int64(r.Lost))
+	if r.Unclassified > 0 {
+		lost += fmt.Sprintf(", and %s never forwarded whose decisions cannot be read", group3(int64(r.Unclassified)))
+	}
+	row("lost", "%s", lost)
+	row("false positives observed", "%s, expected %s (sd %s) from the filter's rate at its fill over %s first-seen tests; the workers' counters say %s",
+		group3(int64(r.FalsePositives)), approx(r.ExpectedFP), approx(math.Sqrt(r.ExpectedFPVar)), group3(int64(r.Distinct)), group3(int64(r.FalsePositivesByCounters)))
+	if r.Check.DuplicatesPass > 0 {
+		row("duplicates passed", "%s IDs forwarded from more than one source (late: %s)", group3(int64(r.Check.DuplicatesPass)),
+			group3(int64(r.Verdicts["late"])))
+	}
+	row("throughput", "%s events/s: %v from the first event produced to the last offset committed (broker, generator and both replicas share this process)",
+		group3(int64(r.EventsPerSecond())), r.Elapsed.Round(time.Millisecond))
+	perID := func(b int64) float64 { return float64(b) / float64(max(r.Distinct, 1)) }
+	row("Redis bytes per distinct ID", "%.2f by MEMORY USAGE of the %d filter key(s) holding the run's IDs (%s bytes); %.2f by the growth of INFO used_memory (%s bytes: also the next window's key, made ahead of time, and the decision records)",
+		perID(r.FilterKeyBytes), r.FilterKeys, group3(r.FilterKeyBytes), perID(r.UsedMemoryGrowth), group3(r.UsedMemoryGrowth))
+	if math.IsInf(r.EstElements, 1) || r.Fill >= 1 {
+		row("filter statistics", "fill %.4f: every bit is set, so every new ID is taken for a repeat", r.Fill)
+	} else {
+		row("filter statistics", "fill %.4f, estimated %s IDs, estimated p %.2g now (bloom stats)", r.Fill, group3(int64(r.EstElements)), r.EstFPR)
+	}
+	var each []string
+	for _, d := range r.PerReplica {
+		each = append(each, group3(int64(d)))
+	}
+	row("replicas", "decided %s events", strings.Join(each, " and "))
+	agree := "they match the output"
+	if !r.RecordsAgree {
+		agree = "they do NOT match the output: the per-ID split of false positives and losses is not to be trusted"
+	}
+	if r.LogLines > 0 {
+		row("worker log", "%s lines at warn level or above (-v shows them as they come)", group3(int64(r.LogLines)))
+	}
+	row("decisions in Redis", "%s first seen, %s duplicate for the valid events; %s", group3(int64(r.RecordedFirst)), group3(int64(r.RecordedDup)), agree)
+	tw.Flush()
+
+	var bad []string
+	c := r.Check
+	for _, x := range []struct {
+		n    int
+		what string
+	}{
+		{r.Lost, "lost"}, {r.Unclassified, "never forwarded, decisions unreadable"}, {c.DeadMissing, "malformed not dead-lettered"},
+		{c.Unknown, "forwarded IDs not in the input"}, {c.Conflicts, "sources forwarded with two IDs"},
+		{c.NoReason, "dead letters without a reason"}, {c.WrongDead, "valid events dead-lettered"},
+		{c.OrderBreaks, "order breaks"}, {len(r.WorkerErrors), "replica errors"},
+	} {
+		if x.n > 0 {
+			bad = append(bad, fmt.Sprintf("%s %s", group3(int64(x.n)), x.what))
+		}
+	}
+	if !r.RecordsAgree {
+		bad = append(bad, "decision records disagree with the output")
+	}
+	for _, err := range r.WorkerErrors {
+		bad = append(bad, err.Error())
+	}
+	if len(bad) == 0 {
+		fmt.Fprintln(w, "\nresult: OK, nothing lost")
+		return
+	}
+	fmt.Fprintf(w, "\nresult: FAILED: %s\n", strings.Join(bad, "; "))
+}
+
+func reasons(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if m[a] != m[b] {
+			return m[b] - m[a]
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %s", k, group3(int64(m[k])))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// approx writes x with sense for its size.
+func approx(x float64) string {
+	switch {
+	case x >= 100:
+		return group3(int64(math.Round(x)))
+	case x >= 0.1:
+		return strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(x, 'g', 2, 64)
+}
+
+// percent writes a share as a percentage without float noise.
+func percent(share float64) string {
+	return strconv.FormatFloat(math.Round(share*1e8)/1e6, 'f', -1, 64)
+}

@@ -1,0 +1,587 @@
+// Package demo runs the whole pipeline on one machine (the demo command),
+// and holds the load generator and the downstream counter that a
+// docker-compose setup runs beside real workers (generate and count).
+package demo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"dedupe-worker/config"
+	"dedupe-worker/internal/app"
+	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/clicktest"
+)
+
+// Topics and group of the demo pipeline.
+const (
+	InputTopic  = "clicks"
+	OutputTopic = "clicks-deduped"
+	DLQTopic    = "clicks-dlq"
+	Group       = "dedupe-demo"
+	Replicas    = 2
+)
+
+// ErrNoRedis is returned when redis-server is not on the PATH.
+var ErrNoRedis = errors.New("redis-server is not on the PATH: install the Debian/Ubuntu package redis-server (apt-get install redis-server), or on macOS run brew install redis")
+
+// ErrInvalidOptions wraps the errors of options out of range.
+var ErrInvalidOptions = errors.New("invalid option")
+
+// Options configure a demo run.
+type Options struct {
+	N        int           // events to produce
+	Dup, Bad float64       // shares of repeated and malformed events
+	Window   time.Duration // deduplication window
+	P        float64       // target false-positive rate
+	// Expected is the filter's capacity: distinct IDs per window. 0 sizes
+	// it for the distinct IDs the run is expected to have, so the filter
+	// ends the run at its planned load and rate.
+	Expected int64
+	Seed     uint64
+	// Progress receives the live progress line (nil: none) and, with
+	// Verbose, the workers' log.
+	Progress io.Writer
+	// Terminal rewrites the progress line in place instead of adding one
+	// every two seconds.
+	Terminal bool
+	Verbose  bool
+}
+
+func (o *Options) setDefaults() {
+	if o.Expected == 0 {
+		o.Expected = max(1, int64(math.Ceil(float64(o.N)*(1-o.Dup-o.Bad))))
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.N < 1 || o.N > 10_000_000:
+		return fmt.Errorf("-n %d: want 1 to 10000000 events", o.N)
+	case !(o.Dup >= 0 && o.Dup < 1), !(o.Bad >= 0 && o.Bad < 1), o.Dup+o.Bad >= 1:
+		return fmt.Errorf("-dup %g, -bad %g: want shares from 0 to below 1, together below 1", o.Dup, o.Bad)
+	case o.Window < time.Second || o.Window%time.Second != 0 || o.Window > 744*time.Hour:
+		return fmt.Errorf("-window %v: want whole seconds from 1s to 744h", o.Window)
+	case !(o.P >= 1e-12 && o.P < 1):
+		return fmt.Errorf("-p %g: want at least 1e-12 and below 1", o.P)
+	case o.Expected < 1 || o.Expected > 1e12:
+		return fmt.Errorf("-expected %d: want 1 to 1e12", o.Expected)
+	}
+	return nil
+}
+
+// partitionsFor is the input's partition count: 8, or more so that no
+// partition holds more events than the decision records the verifier
+// reads reach back (65,536 offsets), with room for an uneven spread.
+func partitionsFor(n int) int32 {
+	return int32(max(8, (n+49_999)/50_000))
+}
+
+// Result is what a demo run found.
+type Result struct {
+	Options    Options
+	Plan       bloom.Plan
+	Partitions int32
+	Elapsed    time.Duration // from the first event produced to the last committed
+
+	Events, Valid, Distinct, Malformed int
+	// ForwardedSources are the output records distinct by dedupe-source;
+	// OutRecords all of them; Replays the difference.
+	ForwardedSources, OutRecords, Replays int
+	// Dropped are the valid events not forwarded: repeats of an ID, and
+	// the first copies taken for repeats (false positives).
+	Dropped      int
+	DeadLettered int            // dead letters distinct by dedupe-source
+	DeadReasons  map[string]int // by reason
+	// Lost are distinct valid IDs never forwarded although a copy was
+	// decided first seen; Unclassified those whose decisions cannot be
+	// read. Both must be 0.
+	Lost, Unclassified int
+	// FalsePositives are distinct valid IDs never forwarded because every
+	// copy was decided a duplicate: the first test was a false positive.
+	FalsePositives int
+	// FalsePositivesByCounters is the same from the workers' counters:
+	// duplicate verdicts less the repeats in the input.
+	FalsePositivesByCounters  int
+	ExpectedFP, ExpectedFPVar float64
+	// RecordedFirst and RecordedDup are the decisions the Redis decision
+	// records hold for the valid events; RecordsAgree that the first-seen
+	// ones match the output.
+	RecordedFirst, RecordedDup int
+	RecordsAgree               bool
+	Check                      clicktest.Report
+
+	// FilterKeyBytes is MEMORY USAGE summed over the filter keys of the
+	// buckets the run's IDs fell in (FilterKeys of them).
+	FilterKeyBytes int64
+	FilterKeys     int
+	// UsedMemoryGrowth is INFO memory used_memory at the end less before
+	// the workers started.
+	UsedMemoryGrowth int64
+	// Fill, EstElements and EstFPR are the filter's own statistics for the
+	// newest bucket holding IDs (bloom.Filter.Stats).
+	Fill, EstElements, EstFPR float64
+
+	PerReplica   []float64 // events decided by each replica
+	Verdicts     map[string]float64
+	LogLines     int
+	WorkerErrors []error
+	Log          string // the workers' warnings and errors
+}
+
+// OK reports whether the verifier found nothing lost or mangled.
+func (r *Result) OK() bool {
+	c := r.Check
+	return r.Lost == 0 && r.Unclassified == 0 && r.RecordsAgree && c.DeadMissing == 0 && c.Unknown == 0 &&
+		c.Conflicts == 0 && c.NoReason == 0 && c.WrongDead == 0 && c.OrderBreaks == 0 && len(r.WorkerErrors) == 0
+}
+
+// EventsPerSecond is the run's throughput.
+func (r *Result) EventsPerSecond() float64 { return float64(r.Events) / r.Elapsed.Seconds() }
+
+// workerConfig is one replica's configuration, as DEDUPE_* variables would
+// give it.
+func workerConfig(o Options, brokers []string, redisAddr, httpAddr string) config.Config {
+	return config.Config{
+		Pipeline: "demo", KafkaBrokers: brokers, InputTopic: InputTopic, OutputTopic: OutputTopic, DLQTopic: DLQTopic,
+		GroupID: Group, RedisAddrs: []string{redisAddr}, IDField: "click_id", TimeField: "ts",
+		Window: o.Window, WindowMode: "rolling", WindowGrace: min(time.Minute, o.Window),
+		ExpectedPerWindow: o.Expected, FalsePositiveRate: o.P, Shards: 1, BatchSize: 1000, BatchLinger: 100 * time.Millisecond,
+		HTTPAddr: httpAddr, LogLevel: "warn", RedisTimeout: 5 * time.Second, KafkaTimeout: 10 * time.Second,
+		KafkaSessionTimeout: 3 * time.Second, ShutdownTimeout: 10 * time.Second,
+	}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// logBuffer keeps the first 256 kB of the workers' log and counts its
+// lines.
+type logBuffer struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines int
+	echo  io.Writer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines += bytes.Count(p, []byte{'\n'})
+	if l.buf.Len() < 256<<10 {
+		l.buf.Write(p)
+	}
+	if l.echo != nil {
+		l.echo.Write(p)
+	}
+	return len(p), nil
+}
+
+func (l *logBuffer) snapshot() (string, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String(), l.lines
+}
+
+// Run runs the demo: a Kafka-protocol broker in this process, a
+// redis-server child process, two worker replicas (app.Run, one consumer
+// group), a generator with a known ground truth, and the verifier. It
+// returns an error when the run could not be completed; what the verifier
+// found is in the Result.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	o.setDefaults()
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, ErrNoRedis
+	}
+	plan, err := bloom.NewPlan(o.Expected, o.P, bloom.PlanOptions{MinShards: 1})
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Options: o, Plan: plan, Partitions: partitionsFor(o.N)}
+	logs := &logBuffer{}
+	if o.Verbose {
+		logs.echo = o.Progress
+	}
+	defer func() { res.Log, res.LogLines = logs.snapshot() }()
+
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	redisAddr, stopRedis, err := startRedis(sctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	defer stopRedis()
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(res.Partitions, InputTopic, OutputTopic),
+		kfake.SeedTopics(1, DLQTopic), kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	if err != nil {
+		return nil, fmt.Errorf("starting the Kafka-protocol broker: %w", err)
+	}
+	defer broker.Close()
+	brokers := broker.ListenAddrs()
+
+	cfgs := make([]config.Config, Replicas)
+	for i := range cfgs {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		cfgs[i] = workerConfig(o, brokers, redisAddr, addr)
+		if err := cfgs[i].Validate(); err != nil {
+			return nil, err
+		}
+	}
+	rc, err := app.NewRedis(cfgs[0])
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	filter, err := app.NewFilter(cfgs[0], rc)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRedisVersion(ctx, rc); err != nil {
+		return nil, err
+	}
+	memBefore, err := usedMemory(ctx, rc)
+	if err != nil {
+		return nil, err
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(InputTopic))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+
+	// The replicas.
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	logger := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(logs), zap.WarnLevel))
+	wctx, cancelWorkers := context.WithCancel(ctx)
+	defer cancelWorkers()
+	dones := make([]chan error, Replicas)
+	for i := range cfgs {
+		dones[i] = make(chan error, 1)
+		go func() { dones[i] <- app.Run(wctx, cfgs[i], logger.With(zap.Int("replica", i+1))) }()
+	}
+	stopped := false
+	stopWorkers := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancelWorkers()
+		for i, d := range dones {
+			select {
+			case err := <-d:
+				if err != nil {
+					res.WorkerErrors = append(res.WorkerErrors, fmt.Errorf("replica %d: %w", i+1, err))
+				}
+			case <-time.After(cfgs[i].ShutdownTimeout + 10*time.Second):
+				res.WorkerErrors = append(res.WorkerErrors, fmt.Errorf("replica %d did not stop within %v", i+1, cfgs[i].ShutdownTimeout+10*time.Second))
+			}
+		}
+	}
+	defer stopWorkers()
+	early := func() error {
+		for i, d := range dones {
+			select {
+			case err := <-d:
+				dones[i] <- err // for stopWorkers
+				return fmt.Errorf("replica %d stopped early: %v", i+1, err)
+			default:
+			}
+		}
+		return nil
+	}
+	if err := waitForGroup(ctx, cl, early); err != nil {
+		return res, err
+	}
+
+	// Progress, from the replicas' own /metrics.
+	urls := make([]string, Replicas)
+	for i, c := range cfgs {
+		urls[i] = "http://" + c.HTTPAddr + "/metrics"
+	}
+	var produced atomic.Int64
+	mon := startMonitor(ctx, o, urls, &produced)
+
+	// Produce, remembering where each event went.
+	start := time.Now()
+	tr := newTruth(o.N)
+	ends := map[int32]int64{}
+	stream := clicktest.NewStream(o.Dup, o.Bad, o.Seed, nil)
+	for sent := 0; sent < o.N; {
+		k := min(5000, o.N-sent)
+		evs := make([]clicktest.Event, k)
+		recs := make([]*kgo.Record, k)
+		for j := range evs {
+			evs[j] = stream.Next()
+			recs[j] = &kgo.Record{Key: evs[j].Key, Value: evs[j].Value}
+		}
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := cl.ProduceSync(pctx, recs...).FirstErr()
+		cancel()
+		if err != nil {
+			mon.stop("")
+			return res, fmt.Errorf("producing the click events: %w", err)
+		}
+		for j, r := range recs {
+			tr.add(evs[j], r.Partition, r.Offset)
+			ends[r.Partition] = max(ends[r.Partition], r.Offset+1)
+		}
+		sent += k
+		produced.Store(int64(sent))
+	}
+
+	// Wait until the group has committed every offset produced.
+	if err := waitCommitted(ctx, cl, res.Partitions, ends, early); err != nil {
+		mon.stop("")
+		return res, err
+	}
+	res.Elapsed = time.Since(start)
+	final := mon.stop(fmt.Sprintf("done in %v", res.Elapsed.Round(time.Millisecond)))
+
+	// What Redis holds, before anything is stopped.
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := redisFacts(rctx, rc, filter, o, tr, res, memBefore); err != nil {
+		return res, err
+	}
+	records := map[int32][][]byte{}
+	for p := range res.Partitions {
+		rec, err := readRecords(rctx, rc, filter, InputTopic, p)
+		if err != nil {
+			return res, fmt.Errorf("reading the decision record of partition %d: %w", p, err)
+		}
+		records[p] = rec
+	}
+	stopWorkers()
+
+	kctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	out, err := clicktest.ReadToEnd(kctx, brokers, OutputTopic)
+	if err != nil {
+		return res, err
+	}
+	dead, err := clicktest.ReadToEnd(kctx, brokers, DLQTopic)
+	if err != nil {
+		return res, err
+	}
+
+	// The verdict.
+	res.Events, res.Valid, res.Distinct, res.Malformed = tr.Total, tr.valid, len(tr.ids), tr.Truth.Malformed
+	res.Check = clicktest.Check(tr.Truth, out, dead)
+	res.OutRecords, res.Replays = res.Check.OutRecords, res.Check.Replays
+	res.ForwardedSources = res.OutRecords - res.Replays
+	res.Dropped = res.Valid - res.ForwardedSources
+	res.DeadReasons = deadReasons(dead)
+	for _, n := range res.DeadReasons {
+		res.DeadLettered += n
+	}
+	f := classify(tr, out, records)
+	res.Lost, res.Unclassified, res.FalsePositives = f.lost, f.unclassified, f.falsePositives
+	res.RecordedFirst, res.RecordedDup = f.recordedFirst, f.recordedDup
+	res.RecordsAgree = f.recordedNone == 0 && f.recordedFirst == res.ForwardedSources
+	perBucket := map[int64]int{}
+	w := bloom.Windows{Length: o.Window, Mode: bloom.Rolling}
+	for _, ms := range tr.idTime {
+		perBucket[w.Bucket(time.UnixMilli(ms))]++
+	}
+	res.ExpectedFP, res.ExpectedFPVar = expectedFalsePositives(plan, true, perBucket)
+	res.Verdicts = final.total.verdicts
+	res.FalsePositivesByCounters = int(final.total.verdicts["duplicate"]) - (res.Valid - res.Distinct)
+	for _, c := range final.each {
+		res.PerReplica = append(res.PerReplica, c.decided())
+	}
+	return res, nil
+}
+
+// waitForGroup waits until both replicas are members of the group and it
+// is stable, so that they share the partitions from the first event.
+func waitForGroup(ctx context.Context, cl *kgo.Client, early func() error) error {
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
+	for {
+		if err := early(); err != nil {
+			return err
+		}
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		state, members, err := groupState(gctx, cl, Group)
+		cancel()
+		if err == nil && state == "Stable" && members == Replicas {
+			return nil
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("state %s, %d members", state, members)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the replicas did not form group %s within 60s: %s", Group, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// waitCommitted waits until the group's committed offsets reach ends,
+// failing after a minute without progress.
+func waitCommitted(ctx context.Context, cl *kgo.Client, partitions int32, ends map[int32]int64, early func() error) error {
+	var want int64
+	for _, e := range ends {
+		want += e
+	}
+	var best int64 = -1
+	lastMove := time.Now()
+	for {
+		if err := early(); err != nil {
+			return err
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		got, err := committed(cctx, cl, Group, InputTopic, partitions)
+		cancel()
+		if err == nil {
+			var sum int64
+			done := true
+			for p, e := range ends {
+				sum += min(got[p], e)
+				if got[p] < e {
+					done = false
+				}
+			}
+			if done {
+				return nil
+			}
+			if sum > best {
+				best, lastMove = sum, time.Now()
+			}
+		}
+		if time.Since(lastMove) > time.Minute {
+			return fmt.Errorf("the replicas committed nothing for a minute: %d of %d offsets committed (last error: %v)", max(best, 0), want, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// redisFacts fills in the memory and the filter statistics.
+func redisFacts(ctx context.Context, rc redis.UniversalClient, f *bloom.Filter, o Options, tr *truth, res *Result, memBefore int64) error {
+	memAfter, err := usedMemory(ctx, rc)
+	if err != nil {
+		return err
+	}
+	res.UsedMemoryGrowth = memAfter - memBefore
+	w := bloom.Windows{Length: o.Window, Mode: bloom.Rolling}
+	buckets := map[int64]bool{}
+	var newest int64
+	for _, ms := range tr.idTime {
+		b := w.Bucket(time.UnixMilli(ms))
+		buckets[b] = true
+		newest = max(newest, b)
+	}
+	shards := f.Plan().Shards
+	for b := range buckets {
+		for s := range shards {
+			n, err := rc.MemoryUsage(ctx, f.FilterKey(s, b)).Result()
+			if errors.Is(err, redis.Nil) {
+				continue // expired already: a window shorter than the run
+			}
+			if err != nil {
+				return fmt.Errorf("MEMORY USAGE: %w", err)
+			}
+			res.FilterKeyBytes += n
+			res.FilterKeys++
+		}
+	}
+	// The newest bucket's shards come first.
+	st, err := f.Stats(ctx, w.Start(newest))
+	if err != nil {
+		return err
+	}
+	var set, all uint64
+	for _, x := range st[:min(shards, len(st))] {
+		set += x.BitsSet
+		all += x.Bits
+		res.EstElements += x.Elements
+		res.EstFPR += x.FPR / float64(shards)
+	}
+	if all > 0 {
+		res.Fill = float64(set) / float64(all)
+	}
+	return nil
+}
+
+func infoField(ctx context.Context, rc redis.UniversalClient, section, field string) (string, error) {
+	info, err := rc.Info(ctx, section).Result()
+	if err != nil {
+		return "", fmt.Errorf("INFO %s: %w", section, err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("INFO %s has no %s", section, field)
+}
+
+func usedMemory(ctx context.Context, rc redis.UniversalClient) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	v, err := infoField(ctx, rc, "memory", "used_memory")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(v, 10, 64)
+}
+
+// checkRedisVersion refuses servers older than 7.0, whose EXPIRE has no
+// NX and GT options the filter's script uses.
+func checkRedisVersion(ctx context.Context, rc redis.UniversalClient) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	v, err := infoField(ctx, rc, "server", "redis_version")
+	if err != nil {
+		return err
+	}
+	major, _, _ := strings.Cut(v, ".")
+	if n, err := strconv.Atoi(major); err == nil && n < 7 {
+		return fmt.Errorf("redis-server %s is too old: the filter needs Redis 7.0 or later", v)
+	}
+	return nil
+}

@@ -1,0 +1,290 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+
+	"dedupe-worker/config"
+	"dedupe-worker/internal/app"
+	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/redisproc"
+	"dedupe-worker/internal/redisproc/redistest"
+)
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var clickID = regexp.MustCompile(`"click_id":"(click-[0-9a-f]+-[0-9]+)"`)
+
+// streamIDs are the click IDs of the first n events of a stream, with
+// repeats, sorted, and how many are distinct.
+func streamIDs(n int, dup, bad float64, seed uint64) ([]string, int) {
+	s := clicktest.NewStream(dup, bad, seed, nil)
+	var ids []string
+	distinct := map[string]bool{}
+	for range n {
+		if e := s.Next(); e.ID != "" {
+			ids = append(ids, e.ID)
+			distinct[e.ID] = true
+		}
+	}
+	slices.Sort(ids)
+	return ids, len(distinct)
+}
+
+// generate started before Kafka is up keeps trying, then produces exactly
+// the stream its flags ask for.
+func TestGenerateWaitsForKafka(t *testing.T) {
+	port, err := redisproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	t.Setenv("DEDUPE_KAFKA_BROKERS", addr)
+	t.Setenv("DEDUPE_INPUT_TOPIC", "in")
+	t.Setenv("DEDUPE_REDIS_ADDRS", "") // not needed
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	start := time.Now()
+	go func() {
+		done <- RunGenerate(ctx, []string{"-n", "400", "-rate", "2000", "-dup", "0.1", "-bad", "0.05", "-seed", "5"}, &stdout, &stderr)
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	select {
+	case code := <-done:
+		t.Fatalf("generate returned %d before Kafka was up; stderr:\n%s", code, stderr.String())
+	default:
+	}
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(2, "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	t.Logf("done %v after start; stdout %q; stderr %q", time.Since(start).Round(time.Millisecond), stdout.String(), stderr.String())
+	recs, err := clicktest.ReadToEnd(ctx, []string{addr}, "in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 400 {
+		t.Fatalf("%d records in the topic, want 400", len(recs))
+	}
+	var got []string
+	for _, r := range recs {
+		if m := clickID.FindSubmatch(r.Value); m != nil {
+			got = append(got, string(m[1]))
+		}
+	}
+	slices.Sort(got)
+	want, _ := streamIDs(400, 0.1, 0.05, 5)
+	if !slices.Equal(got, want) {
+		t.Fatalf("%d valid events produced, the stream has %d (or they differ)", len(got), len(want))
+	}
+	if !strings.Contains(stdout.String(), "produced 400 events") {
+		t.Fatalf("stdout %q", stdout.String())
+	}
+}
+
+// generate -> a worker -> count, over TCP: the counter's totals are the
+// distinct valid clicks the generator made.
+func TestGenerateCount(t *testing.T) {
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "in", "out"), kfake.SeedTopics(1, "dlq"),
+		kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	brokers := broker.ListenAddrs()
+	srv := redistest.Server(t)
+	cfg := config.Config{
+		Pipeline: "gc", KafkaBrokers: brokers, InputTopic: "in", OutputTopic: "out", DLQTopic: "dlq", GroupID: "dedupe-gc",
+		RedisAddrs: []string{srv.Addr}, IDField: "click_id", TimeField: "ts", Window: 10 * time.Minute, WindowMode: "rolling",
+		WindowGrace: time.Minute, ExpectedPerWindow: 100_000, FalsePositiveRate: 1e-9, Shards: 1, BatchSize: 500,
+		BatchLinger: 20 * time.Millisecond, HTTPAddr: redisproc.FreeAddr(), LogLevel: "warn", RedisTimeout: 2 * time.Second,
+		KafkaTimeout: 5 * time.Second, KafkaSessionTimeout: 2 * time.Second, ShutdownTimeout: 5 * time.Second,
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWorker := context.WithCancel(context.Background())
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- app.Run(wctx, cfg, zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel))) }()
+	defer func() {
+		stopWorker()
+		if err := <-workerDone; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}()
+
+	t.Setenv("DEDUPE_KAFKA_BROKERS", strings.Join(brokers, ","))
+	t.Setenv("DEDUPE_INPUT_TOPIC", "in")
+	t.Setenv("DEDUPE_OUTPUT_TOPIC", "out")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var gout, gerr bytes.Buffer
+	if code := RunGenerate(ctx, []string{"-n", "3000", "-rate", "20000", "-seed", "11"}, &gout, &gerr); code != 0 {
+		t.Fatalf("generate: exit %d: %s", code, gerr.String())
+	}
+	_, distinct := streamIDs(3000, 0.07, 0.01, 11)
+
+	cctx, stopCount := context.WithCancel(ctx)
+	defer stopCount()
+	var cout, cerr syncBuffer
+	countDone := make(chan int, 1)
+	go func() { countDone <- RunCount(cctx, []string{"-every", "100ms"}, &cout, &cerr) }()
+	totals := regexp.MustCompile(`count: records (\d+), distinct sources (\d+), replays (\d+), distinct dedupe-id (\d+)`)
+	last := func() []int {
+		lines := strings.Split(strings.TrimSpace(cout.String()), "\n")
+		m := totals.FindStringSubmatch(lines[len(lines)-1])
+		if m == nil {
+			return nil
+		}
+		out := make([]int, 4)
+		for i := range out {
+			out[i], _ = strconv.Atoi(m[i+1])
+		}
+		return out
+	}
+	for {
+		if v := last(); v != nil && v[1] >= distinct {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("count never reached %d distinct sources; stdout:\n%s\nstderr:\n%s", distinct, cout.String(), cerr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopCount()
+	if code := <-countDone; code != 0 {
+		t.Fatalf("count: exit %d: %s", code, cerr.String())
+	}
+	final := cout.String()
+	if !strings.HasSuffix(strings.TrimSpace(final), "(final)") {
+		t.Fatalf("no final line:\n%s", final)
+	}
+	v := last()
+	if v == nil || v[1] != distinct || v[3] != distinct || v[0] != v[1]+v[2] {
+		t.Fatalf("final totals %v: want %d distinct sources and IDs, records = sources + replays\n%s", v, distinct, final)
+	}
+	t.Logf("generate: %s; count, last lines: %s", strings.TrimSpace(gout.String()), lastLines(final, 2))
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
+}
+
+// count counts each dedupe-source once and the rest as replays.
+func TestCountReplays(t *testing.T) {
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.ListenAddrs()...), kgo.DefaultProduceTopic("out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	rec := func(src, id string) *kgo.Record {
+		r := &kgo.Record{Value: []byte("{}")}
+		if src != "" {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: clicktest.SourceHeader, Value: []byte(src)})
+		}
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: clicktest.IDHeader, Value: []byte(id)})
+		return r
+	}
+	var recs []*kgo.Record
+	for i := range 10_000 {
+		recs = append(recs, rec(fmt.Sprintf("clicks/%d/%d", i%4, i/4), fmt.Sprintf("id-%d", i%9000)))
+	}
+	// Replays of sources near block edges, one odd source twice, one
+	// record without a source.
+	recs = append(recs, rec("clicks/0/0", "id-0"), rec("clicks/3/2499", "id-9999"), rec("clicks/1/1023", "id-4093"),
+		rec("no-slashes", "x"), rec("no-slashes", "x"), rec("", "y"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	cctx, stop := context.WithCancel(ctx)
+	type result struct {
+		t   Totals
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		tot, err := Count(cctx, CountOptions{Brokers: broker.ListenAddrs(), Topic: "out", Every: 100 * time.Millisecond, Out: &out})
+		done <- result{tot, err}
+	}()
+	for !strings.Contains(out.String(), "records 10006,") {
+		if ctx.Err() != nil {
+			t.Fatalf("never read all records:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	want := Totals{Records: 10_006, Sources: 10_002, Replays: 4, IDs: 9_003, NoSource: 1}
+	if r.t != want {
+		t.Fatalf("totals %+v, want %+v", r.t, want)
+	}
+}
+
+func TestGenerateCountNeedOnlyKafka(t *testing.T) {
+	for _, tc := range []struct {
+		cmd  func(context.Context, []string, io.Writer, io.Writer) int
+		env  []string
+		want string
+	}{
+		{RunGenerate, []string{"DEDUPE_INPUT_TOPIC", "in"}, "DEDUPE_KAFKA_BROKERS"},
+		{RunGenerate, []string{"DEDUPE_KAFKA_BROKERS", "127.0.0.1:1"}, "DEDUPE_INPUT_TOPIC"},
+		{RunCount, []string{"DEDUPE_KAFKA_BROKERS", "127.0.0.1:1"}, "DEDUPE_OUTPUT_TOPIC"},
+	} {
+		for _, v := range []string{"DEDUPE_KAFKA_BROKERS", "DEDUPE_INPUT_TOPIC", "DEDUPE_OUTPUT_TOPIC"} {
+			t.Setenv(v, "")
+		}
+		t.Setenv(tc.env[0], tc.env[1])
+		var out, errb bytes.Buffer
+		if code := tc.cmd(context.Background(), nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("exit %d, stderr %q: want 2 naming %s", code, errb.String(), tc.want)
+		}
+	}
+}
