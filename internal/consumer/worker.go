@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,11 +138,11 @@ func (w *Worker) Ready() bool { return w.ready.Load() }
 func (w *Worker) Run(ctx context.Context) error {
 	kl := w.log.With(zap.String("topic", w.cfg.Topic), zap.String("group", w.cfg.GroupID))
 	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:           w.cfg.Brokers,
-		GroupID:           w.cfg.GroupID,
-		Topic:             w.cfg.Topic,
-		MinBytes:          1,
-		MaxBytes:          16 << 20,
+		Brokers:  w.cfg.Brokers,
+		GroupID:  w.cfg.GroupID,
+		Topic:    w.cfg.Topic,
+		MinBytes: 1,
+		MaxBytes: 16 << 20,
 		MaxWait:           min(w.cfg.BatchLinger, 250*time.Millisecond),
 		StartOffset:       kafka.FirstOffset,
 		CommitInterval:    0, // commits are synchronous, per batch
@@ -522,16 +523,30 @@ func deadLetter(m *kafka.Message, reason error) kafka.Message {
 	return kafka.Message{Key: m.Key, Value: m.Value, Headers: h, Time: m.Time}
 }
 
+// reasons are the dead-letter reasons with their metric labels.
+var reasons = []struct {
+	err   error
+	label string
+}{
+	{ErrNotJSON, "not_json"}, {ErrTooDeep, "too_deep"}, {ErrNoID, "no_id"}, {ErrEmptyID, "empty_id"},
+	{ErrBadID, "bad_id"}, {ErrNoTime, "no_time"}, {ErrBadTime, "bad_time"}, {ErrInvalidUTF8, "invalid_utf8"}, {ErrTooLarge, "too_large"},
+}
+
 func reasonLabel(err error) string {
-	for _, e := range []struct {
-		err   error
-		label string
-	}{
-		{ErrNotJSON, "not_json"}, {ErrTooDeep, "too_deep"}, {ErrNoID, "no_id"}, {ErrEmptyID, "empty_id"},
-		{ErrBadID, "bad_id"}, {ErrNoTime, "no_time"}, {ErrBadTime, "bad_time"}, {ErrInvalidUTF8, "invalid_utf8"}, {ErrTooLarge, "too_large"},
-	} {
-		if errors.Is(err, e.err) {
-			return e.label
+	for _, r := range reasons {
+		if errors.Is(err, r.err) {
+			return r.label
+		}
+	}
+	return "other"
+}
+
+// ReasonLabel names the reason in a dead letter's dedupe-error header as
+// the dedupe_events_dead_lettered_total metric labels it.
+func ReasonLabel(header string) string {
+	for _, r := range reasons {
+		if strings.Contains(header, r.err.Error()) {
+			return r.label
 		}
 	}
 	return "other"

@@ -377,13 +377,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := redisFacts(rctx, rc, filter, o, tr, res, memBefore); err != nil {
 		return res, err
 	}
-	records := map[int32][][]byte{}
-	for p := range res.Partitions {
-		rec, err := readRecords(rctx, rc, filter, InputTopic, p)
-		if err != nil {
-			return res, fmt.Errorf("reading the decision record of partition %d: %w", p, err)
-		}
-		records[p] = rec
+	elems, idx := tr.elements(InputTopic)
+	rec, err := filter.Recorded(rctx, elems)
+	if err != nil {
+		return res, fmt.Errorf("reading the decision records: %w", err)
+	}
+	decided := make([]bloom.Recorded, len(tr.inputs))
+	for k, i := range idx {
+		decided[i] = rec[k]
 	}
 	stopWorkers()
 
@@ -408,7 +409,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for _, n := range res.DeadReasons {
 		res.DeadLettered += n
 	}
-	f := classify(tr, out, records)
+	f := classify(tr, out, decided)
 	res.Lost, res.Unclassified, res.FalsePositives = f.lost, f.unclassified, f.falsePositives
 	res.RecordedFirst, res.RecordedDup = f.recordedFirst, f.recordedDup
 	res.RecordsAgree = f.recordedNone == 0 && f.recordedFirst == res.ForwardedSources

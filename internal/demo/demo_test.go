@@ -3,7 +3,6 @@ package demo
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"math"
 	"regexp"
 	"strings"
@@ -159,24 +158,12 @@ func TestDemoBadFlags(t *testing.T) {
 	}
 }
 
-// record builds a decision record with watermark mark and the given
-// offsets decided first seen.
-func record(mark int64, first ...int64) []byte {
-	b := make([]byte, 8+replayHorizon/8)
-	binary.BigEndian.PutUint64(b, uint64(mark)<<1)
-	for _, o := range first {
-		pos := 64 + o%replayHorizon
-		b[pos/8] |= 1 << (7 - pos%8)
-	}
-	return b
-}
-
 // The verifier tells a loss from a false positive: an ID never forwarded
 // is a false positive only if every copy was decided a duplicate.
 func TestClassify(t *testing.T) {
 	tr := newTruth(0)
 	ev := func(id string) clicktest.Event { return clicktest.Event{ID: id, Time: time.Now()} }
-	// Partition 0: a@0 (forwarded), b@1, a@2, c@3; partition 1: b@0, d@1 (beyond the watermark), e@2.
+	// Partition 0: a@0 (forwarded), b@1, a@2, c@3; partition 1: b@0, d@1, e@5.
 	tr.add(ev("a"), 0, 0)
 	tr.add(ev("b"), 0, 1)
 	tr.add(ev("a"), 0, 2)
@@ -185,12 +172,12 @@ func TestClassify(t *testing.T) {
 	tr.add(ev("d"), 1, 1)
 	tr.add(ev("e"), 1, 5)
 	out := []*kgo.Record{{Headers: []kgo.RecordHeader{{Key: clicktest.IDHeader, Value: []byte("a")}, {Key: clicktest.SourceHeader, Value: []byte("clicks/0/0")}}}}
-	records := map[int32][][]byte{
-		// Two shards: c's first-seen decision is in the second.
-		0: {record(3, 0), record(4, 3)},
-		1: {record(1), nil},
-	}
-	f := classify(tr, out, records)
+	// What the decision records say of each input, in order: a forwarded;
+	// b dropped, a dropped, c forwarded (never produced: lost); b dropped;
+	// d and e never decided.
+	decided := []bloom.Recorded{bloom.RecordedForward, bloom.RecordedDrop, bloom.RecordedDrop, bloom.RecordedForward,
+		bloom.RecordedDrop, bloom.NotDecided, bloom.Forgotten}
+	f := classify(tr, out, decided)
 	// a forwarded; b: every copy duplicate, a false positive; c: decided
 	// first seen, never forwarded, lost; d and e never decided.
 	if f.forwardedIDs != 1 || f.falsePositives != 1 || f.lost != 1 || f.unclassified != 2 {

@@ -1,14 +1,9 @@
 package demo
 
 import (
-	"context"
-	"encoding/binary"
-	"errors"
 	"math"
 	"slices"
-	"strings"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"dedupe-worker/internal/bloom"
@@ -55,66 +50,18 @@ func (t *truth) add(e clicktest.Event, p int32, off int64) {
 	t.inputs = append(t.inputs, in)
 }
 
-// replayHorizon is how many offsets per partition a decision record
-// reaches back: bloom.Config's default ReplayHorizon, which app.NewFilter
-// keeps.
-const replayHorizon = 65536
-
-// recorded is a decision read from a decision record.
-type recorded uint8
-
-const (
-	notDecided  recorded = iota // at or above the record's watermark
-	overwritten                 // older than the record reaches
-	recordedFirst
-	recordedDuplicate
-)
-
-// readRecords returns the decision records of partition p of topic, one
-// per shard (nil where a shard has none).
-func readRecords(ctx context.Context, rc redis.UniversalClient, f *bloom.Filter, topic string, p int32) ([][]byte, error) {
-	out := make([][]byte, f.Plan().Shards)
-	for s := range out {
-		b, err := rc.Get(ctx, f.RecordKey(s, topic, p)).Bytes()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, err
-		}
-		out[s] = b
-	}
-	return out, nil
-}
-
-// decision reads offset off from the decision records of its partition.
-// In a record, bits 0 to 62 hold the watermark (the highest offset decided
-// in that shard, plus one) and bit 64 + off mod R the decision on off, 1
-// for forwarded and 0 for duplicate, bits counted from the most
-// significant bit of the first byte as Redis counts them. Only the shard
-// of the event's ID decides it; the other shards' records hold 0 at that
-// offset or nothing, so an offset decided anywhere reads 1 in some record
-// if it was forwarded. That holds while the partition has fewer than R
-// offsets, so that no position of the ring was used twice.
-func decision(recs [][]byte, off int64) recorded {
-	var mark int64
-	first := false
-	for _, rec := range recs {
-		if len(rec) < 8 {
+// elements are the valid inputs as the filter saw them, and idx their
+// index in t.inputs.
+func (t *truth) elements(topic string) (elems []bloom.Element, idx []int) {
+	for i, in := range t.inputs {
+		if in.id < 0 {
 			continue
 		}
-		mark = max(mark, int64(binary.BigEndian.Uint64(rec[:8])>>1))
-		pos := 64 + off%replayHorizon
-		if int(pos/8) < len(rec) && rec[pos/8]>>(7-pos%8)&1 == 1 {
-			first = true
-		}
+		elems = append(elems, bloom.Element{ID: []byte(t.ids[in.id]),
+			Source: bloom.Source{Topic: topic, Partition: in.partition, Offset: in.offset}})
+		idx = append(idx, i)
 	}
-	switch {
-	case off >= mark:
-		return notDecided
-	case off < mark-replayHorizon:
-		return overwritten
-	case first:
-		return recordedFirst
-	}
-	return recordedDuplicate
+	return elems, idx
 }
 
 // fates is what became of the valid IDs.
@@ -129,8 +76,9 @@ type fates struct {
 }
 
 // classify splits the valid IDs never forwarded into false positives and
-// losses by the decisions recorded for their copies.
-func classify(tr *truth, out []*kgo.Record, records map[int32][][]byte) fates {
+// losses by the decisions recorded for their copies; decided[i] is what
+// the decision records say of tr.inputs[i].
+func classify(tr *truth, out []*kgo.Record, decided []bloom.Recorded) fates {
 	var f fates
 	forwarded := make([]bool, len(tr.ids))
 	for _, r := range out {
@@ -143,15 +91,15 @@ func classify(tr *truth, out []*kgo.Record, records map[int32][][]byte) fates {
 	// whether any copy's decision is unreadable.
 	const anyFirst, anyUnknown = 1, 2
 	flags := make([]uint8, len(tr.ids))
-	for _, in := range tr.inputs {
+	for i, in := range tr.inputs {
 		if in.id < 0 {
 			continue
 		}
-		d := decision(records[in.partition], in.offset)
+		d := decided[i]
 		switch d {
-		case recordedFirst:
+		case bloom.RecordedForward:
 			f.recordedFirst++
-		case recordedDuplicate:
+		case bloom.RecordedDrop:
 			f.recordedDup++
 		default:
 			f.recordedNone++
@@ -160,9 +108,9 @@ func classify(tr *truth, out []*kgo.Record, records map[int32][][]byte) fates {
 			continue
 		}
 		switch d {
-		case recordedFirst:
+		case bloom.RecordedForward:
 			flags[in.id] |= anyFirst
-		case notDecided, overwritten:
+		case bloom.NotDecided, bloom.Forgotten:
 			flags[in.id] |= anyUnknown
 		}
 	}
@@ -184,14 +132,6 @@ func classify(tr *truth, out []*kgo.Record, records map[int32][][]byte) fates {
 // reason in their dedupe-error header, named as the worker's metric
 // labels name them.
 func deadReasons(dead []*kgo.Record) map[string]int {
-	reasons := []struct {
-		err   error
-		label string
-	}{
-		{consumer.ErrNotJSON, "not_json"}, {consumer.ErrTooDeep, "too_deep"}, {consumer.ErrNoID, "no_id"},
-		{consumer.ErrEmptyID, "empty_id"}, {consumer.ErrBadID, "bad_id"}, {consumer.ErrNoTime, "no_time"},
-		{consumer.ErrBadTime, "bad_time"}, {consumer.ErrInvalidUTF8, "invalid_utf8"}, {consumer.ErrTooLarge, "too_large"},
-	}
 	seen := map[string]bool{}
 	out := map[string]int{}
 	for _, r := range dead {
@@ -200,14 +140,7 @@ func deadReasons(dead []*kgo.Record) map[string]int {
 			continue
 		}
 		seen[src] = true
-		msg, label := clicktest.Header(r, clicktest.ErrorHeader), "other"
-		for _, x := range reasons {
-			if strings.Contains(msg, x.err.Error()) {
-				label = x.label
-				break
-			}
-		}
-		out[label]++
+		out[consumer.ReasonLabel(clicktest.Header(r, clicktest.ErrorHeader))]++
 	}
 	return out
 }

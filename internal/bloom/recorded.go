@@ -1,0 +1,94 @@
+package bloom
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Recorded is what a partition's decision record says about one source.
+type Recorded uint8
+
+const (
+	// NotDecided: at or above the record's watermark, or no record.
+	NotDecided Recorded = iota
+	// Forgotten: older than the replay horizon; a replay would be
+	// forwarded as ReplayUnknown.
+	Forgotten
+	// RecordedForward: decided first seen (or not filtered: late, future).
+	RecordedForward
+	// RecordedDrop: decided duplicate.
+	RecordedDrop
+)
+
+func (r Recorded) String() string {
+	switch r {
+	case NotDecided:
+		return "not_decided"
+	case Forgotten:
+		return "forgotten"
+	case RecordedForward:
+		return "forward"
+	case RecordedDrop:
+		return "drop"
+	}
+	return fmt.Sprintf("Recorded(%d)", uint8(r))
+}
+
+// Recorded reads, without writing anything, what the decision records say
+// of each element's source: the lookup a replay of it would make. It reads
+// each (shard, topic, partition) record once. It is for verification and
+// tooling, not the hot path.
+func (f *Filter) Recorded(ctx context.Context, elems []Element) ([]Recorded, error) {
+	type recKey struct {
+		shard     int
+		topic     string
+		partition int32
+	}
+	records := map[recKey][]byte{}
+	out := make([]Recorded, len(elems))
+	var loc location
+	for i := range elems {
+		e := &elems[i]
+		f.locate(e.ID, &loc)
+		k := recKey{loc.shard, e.Source.Topic, e.Source.Partition}
+		rec, ok := records[k]
+		if !ok {
+			cctx, cancel := f.callCtx(ctx)
+			b, err := f.client.Get(cctx, f.RecordKey(k.shard, k.topic, k.partition)).Bytes()
+			cancel()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, fmt.Errorf("%w: reading a decision record: %w", ErrRedis, err)
+			}
+			rec = b
+			records[k] = rec
+		}
+		out[i] = decodeRecorded(rec, e.Source.Offset, f.cfg.ReplayHorizon)
+	}
+	return out, nil
+}
+
+// decodeRecorded reads offset off from a record as the script writes it:
+// bits 0 to 62 hold the watermark (highest decided offset + 1), bit
+// 64 + off mod horizon the decision, 1 forward and 0 drop, bits counted
+// from the most significant bit of the first byte as BITFIELD counts.
+func decodeRecorded(rec []byte, off, horizon int64) Recorded {
+	if len(rec) < 8 {
+		return NotDecided
+	}
+	mark := int64(binary.BigEndian.Uint64(rec[:8]) >> 1)
+	switch {
+	case off >= mark:
+		return NotDecided
+	case off < mark-horizon:
+		return Forgotten
+	}
+	pos := 64 + off%horizon
+	if int(pos/8) < len(rec) && rec[pos/8]>>(7-pos%8)&1 == 1 {
+		return RecordedForward
+	}
+	return RecordedDrop
+}
