@@ -262,7 +262,7 @@ func produce(ctx context.Context, brokers string, o options) (float64, error) {
 func readerConfig(o options, group string) kafka.ReaderConfig {
 	return kafka.ReaderConfig{
 		Brokers: []string{o.brokers}, GroupID: group, Topic: inTopic, MinBytes: 1, MaxBytes: 16 << 20,
-		MaxWait: min(o.linger, 250*time.Millisecond), StartOffset: kafka.FirstOffset, QueueCapacity: o.batch,
+		MaxWait: 500 * time.Millisecond, StartOffset: kafka.FirstOffset, QueueCapacity: o.batch,
 		SessionTimeout: 10 * time.Second, HeartbeatInterval: 2 * time.Second,
 	}
 }

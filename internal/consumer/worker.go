@@ -143,7 +143,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		Topic:    w.cfg.Topic,
 		MinBytes: 1,
 		MaxBytes: 16 << 20,
-		MaxWait:           min(w.cfg.BatchLinger, 250*time.Millisecond),
+		// kafka-go also uses MaxWait as the deadline for the start of a
+		// fetch response. Tied to a short linger it made a loaded broker
+		// miss it on every retry (a fetch that timed out, reconnected and
+		// timed out again, for a minute in the fault suite). The broker
+		// answers as soon as it has a byte (MinBytes 1), so a longer wait
+		// costs nothing when data flows; the linger is kept by fetch.
+		MaxWait:           min(500*time.Millisecond, w.cfg.SessionTimeout/2),
 		StartOffset:       kafka.FirstOffset,
 		CommitInterval:    0, // commits are synchronous, per batch
 		QueueCapacity:     w.cfg.BatchSize,

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -92,7 +93,7 @@ type rig struct {
 type worker struct {
 	cmd    *exec.Cmd
 	http   string
-	stderr *bytes.Buffer
+	stderr *logBuffer
 	done   chan struct{}
 }
 
@@ -136,7 +137,7 @@ func newKafkaRig(t *testing.T, brokers int, redisAddrs ...string) *rig {
 
 // start runs worker i.
 func (r *rig) start(i int) {
-	w := &worker{http: redisproc.FreeAddr(), stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	w := &worker{http: redisproc.FreeAddr(), stderr: &logBuffer{}, done: make(chan struct{})}
 	w.cmd = exec.Command(bin)
 	w.cmd.Env = append(os.Environ(),
 		"DEDUPE_PIPELINE=faults", "DEDUPE_KAFKA_BROKERS="+strings.Join(r.brokers, ","), "DEDUPE_INPUT_TOPIC="+inTopic,
@@ -258,6 +259,12 @@ func (r *rig) recoveredWithin(limit time.Duration) time.Duration {
 		}
 	}
 	r.t.Errorf("no progress within %v of a fault", limit)
+	r.mu.Lock()
+	for i, w := range r.workers {
+		l := w.stderr.String()
+		r.t.Logf("worker %d's log (its first and last 4 kB):\n%s\n...\n%s", i, l[:min(len(l), 4<<10)], tail(l, 4<<10))
+	}
+	r.mu.Unlock()
 	return limit
 }
 
@@ -551,32 +558,46 @@ func TestRebalances(t *testing.T) {
 	})
 }
 
-// Kafka misbehaves: fetches fail for 3 s, then produces fail for 3 s, then
-// every partition's leader moves to another broker.
+// Kafka misbehaves, each fault for 3 s: fetches of the input answered
+// with an error code; produces to the output answered REQUEST_TIMED_OUT
+// after the broker wrote them (so the retries write copies: replays); then
+// produce connections dropped; then every partition's leader moves to
+// another broker.
 func TestKafkaFaults(t *testing.T) {
 	r := newRigBrokers(t, 3)
 	run(t, "kafka errors, leaders", r, 2, 200_000, func(r *rig) (int, time.Duration) {
-		refuse := func(key kmsg.Key, d time.Duration) time.Duration {
-			until := time.Now().Add(d)
-			var refused atomic.Int64
-			r.broker.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
-				if time.Now().Before(until) {
-					r.broker.KeepControl()
-					refused.Add(1)
-					return nil, errors.New("injected failure"), true
-				}
-				return nil, nil, false
-			})
+		fault := func(f kfake.Fault, d time.Duration) time.Duration {
+			f.Count = -1
+			h := r.broker.Fault(f)
 			time.Sleep(d)
-			if refused.Load() == 0 {
-				t.Errorf("no %s request was refused: the fault did not happen", key.Name())
+			h.Remove()
+			if h.Hits() == 0 {
+				t.Errorf("no %s request was faulted: the fault did not happen", f.Keys[0].Name())
 			}
-			t.Logf("%s: %d requests refused", key.Name(), refused.Load())
+			t.Logf("%s on %s answered %s: %d requests", f.Keys[0].Name(), f.Topic, f.Err.Message, h.Hits())
 			return r.recovered(30 * time.Second)
 		}
 		time.Sleep(500 * time.Millisecond)
-		worst := refuse(kmsg.Fetch, 3*time.Second)
-		worst = max(worst, refuse(kmsg.Produce, 3*time.Second))
+		worst := fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: inTopic, Err: kerr.UnknownServerError}, 3*time.Second)
+		worst = max(worst, fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: outTopic, Err: kerr.RequestTimedOut}, 3*time.Second))
+
+		until := time.Now().Add(3 * time.Second)
+		var dropped atomic.Int64
+		r.broker.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+			if time.Now().Before(until) {
+				r.broker.KeepControl()
+				dropped.Add(1)
+				return nil, errors.New("injected failure"), true // kfake closes the connection
+			}
+			return nil, nil, false
+		})
+		time.Sleep(time.Until(until))
+		if dropped.Load() == 0 {
+			t.Errorf("no produce connection was dropped: the fault did not happen")
+		}
+		t.Logf("Produce: %d connections dropped", dropped.Load())
+		worst = max(worst, r.recovered(30*time.Second))
+
 		for _, topic := range []string{inTopic, outTopic} {
 			for p := int32(0); p < 6; p++ {
 				leader := r.broker.LeaderFor(topic, p)
@@ -586,7 +607,7 @@ func TestKafkaFaults(t *testing.T) {
 			}
 		}
 		worst = max(worst, r.recovered(30*time.Second))
-		return 3, worst
+		return 4, worst
 	})
 }
 
@@ -595,4 +616,22 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// logBuffer is a worker's stderr, safe to read while the process writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
