@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -10,7 +9,6 @@ import (
 	"log"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +26,7 @@ import (
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/redisproc/redistest"
 	"dedupe-worker/internal/sink"
+	"dedupe-worker/internal/syncbuf"
 	"dedupe-worker/internal/testcerts"
 )
 
@@ -283,24 +282,9 @@ func redisTLS(certs *testcerts.Set, authClients string) *redisproc.TLS {
 
 // capture is a JSON log (what the binary prints) in memory, shown on
 // failure; go-redis's own log goes there too while it is in use.
-type capture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
+type capture struct{ syncbuf.Buffer }
 
 func (c *capture) Sync() error { return nil }
-
-func (c *capture) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
 
 func (c *capture) Printf(_ context.Context, format string, v ...any) {
 	fmt.Fprintf(c, "redis: "+format+"\n", v...)

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,25 +22,8 @@ import (
 	"dedupe-worker/internal/clicktest"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/redisproc/redistest"
+	"dedupe-worker/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var clickID = regexp.MustCompile(`"click_id":"(click-[0-9a-f]+-[0-9]+)"`)
 
@@ -74,7 +56,7 @@ func TestGenerateWaitsForKafka(t *testing.T) {
 	t.Setenv("DEDUPE_REDIS_ADDRS", "") // not needed
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	done := make(chan int, 1)
 	start := time.Now()
 	go func() {
@@ -162,7 +144,7 @@ func TestGenerateCount(t *testing.T) {
 
 	cctx, stopCount := context.WithCancel(ctx)
 	defer stopCount()
-	var cout, cerr syncBuffer
+	var cout, cerr syncbuf.Buffer
 	countDone := make(chan int, 1)
 	go func() { countDone <- RunCount(cctx, []string{"-every", "100ms"}, &cout, &cerr) }()
 	totals := regexp.MustCompile(`count: records (\d+), distinct sources (\d+), replays (\d+), distinct dedupe-id (\d+)`)
@@ -240,7 +222,7 @@ func TestCountReplays(t *testing.T) {
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	cctx, stop := context.WithCancel(ctx)
 	type result struct {
 		t   Totals

@@ -28,6 +28,7 @@ import (
 
 	"dedupe-worker/internal/clicktest"
 	"dedupe-worker/internal/redisproc"
+	"dedupe-worker/internal/syncbuf"
 )
 
 var bin string
@@ -93,7 +94,7 @@ type rig struct {
 type worker struct {
 	cmd    *exec.Cmd
 	http   string
-	stderr *logBuffer
+	stderr *syncbuf.Buffer // safe to read while the process writes
 	done   chan struct{}
 }
 
@@ -137,7 +138,7 @@ func newKafkaRig(t *testing.T, brokers int, redisAddrs ...string) *rig {
 
 // start runs worker i.
 func (r *rig) start(i int) {
-	w := &worker{http: redisproc.FreeAddr(), stderr: &logBuffer{}, done: make(chan struct{})}
+	w := &worker{http: redisproc.FreeAddr(), stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	w.cmd = exec.Command(bin)
 	w.cmd.Env = append(os.Environ(),
 		"DEDUPE_PIPELINE=faults", "DEDUPE_KAFKA_BROKERS="+strings.Join(r.brokers, ","), "DEDUPE_INPUT_TOPIC="+inTopic,
@@ -616,22 +617,4 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
-}
-
-// logBuffer is a worker's stderr, safe to read while the process writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
