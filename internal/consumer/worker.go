@@ -20,6 +20,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/sink"
@@ -137,6 +138,7 @@ func (w *Worker) Ready() bool { return w.ready.Load() }
 // committed and it is read again by whoever owns the partitions.
 func (w *Worker) Run(ctx context.Context) error {
 	kl := w.log.With(zap.String("topic", w.cfg.Topic), zap.String("group", w.cfg.GroupID))
+	gl := sampled(kl)
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:  w.cfg.Brokers,
 		GroupID:  w.cfg.GroupID,
@@ -161,8 +163,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		ReadBackoffMax:    time.Second,
 		MaxAttempts:       3,
 		Dialer:            &kafka.Dialer{Timeout: w.cfg.KafkaTimeout, TLS: w.cfg.TLS, SASLMechanism: w.cfg.SASL, ClientID: ClientID(w.cfg.GroupID)},
-		Logger:            kafka.LoggerFunc(func(f string, a ...any) { kl.Debug(fmt.Sprintf(f, a...)) }),
-		ErrorLogger:       kafka.LoggerFunc(func(f string, a ...any) { kl.Warn(fmt.Sprintf(f, a...)) }),
+		Logger:            kafka.LoggerFunc(func(f string, a ...any) { gl.Debug(fmt.Sprintf(f, a...)) }),
+		ErrorLogger:       kafka.LoggerFunc(func(f string, a ...any) { gl.Warn(fmt.Sprintf(f, a...)) }),
 	})
 	w.ready.Store(true)
 	// Two stages: this goroutine fetches and decides batch n+1 while
@@ -234,6 +236,15 @@ func (w *Worker) Run(ctx context.Context) error {
 func ClientID(group string) string {
 	host, _ := os.Hostname()
 	return fmt.Sprintf("dedupe-worker.%s.%s.%d", group, host, os.Getpid())
+}
+
+// sampled is l for kafka-go's own messages, which repeat: a reader at the
+// end of a partition reconnects with "unexpected EOF" many times a second.
+// Each distinct message is logged at most once per 10 s.
+func sampled(l *zap.Logger) *zap.Logger {
+	return l.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(c, 10*time.Second, 1, 0)
+	}))
 }
 
 // fetch collects up to BatchSize messages or BatchBytes bytes: it waits
