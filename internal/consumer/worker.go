@@ -105,6 +105,8 @@ type Worker struct {
 	m      *Metrics
 	ready  atomic.Bool
 	bufs   sync.Pool // of *buffers
+	// kafkaLog logs what kafka-go reports, sampled (see sampled).
+	kafkaLog *zap.Logger
 }
 
 // New returns a Worker; Run starts it.
@@ -139,6 +141,7 @@ func (w *Worker) Ready() bool { return w.ready.Load() }
 func (w *Worker) Run(ctx context.Context) error {
 	kl := w.log.With(zap.String("topic", w.cfg.Topic), zap.String("group", w.cfg.GroupID))
 	gl := sampled(kl)
+	w.kafkaLog = gl
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:  w.cfg.Brokers,
 		GroupID:  w.cfg.GroupID,
@@ -263,21 +266,31 @@ func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafk
 			linger.Stop()
 		}
 	}()
-	backoff := newBackoff()
-	size := 0
+	size, errs := 0, 0
 	for len(batch) < w.cfg.BatchSize && size < w.cfg.BatchBytes {
 		m, err := r.FetchMessage(lctx)
 		if err != nil {
 			if lctx.Err() != nil { // ctx cancelled, or the linger is over
 				return batch, fetched
 			}
+			// kafka-go backs off between its own fetch retries and queues
+			// their errors with the messages; waiting here as well drained
+			// a queue of errors one per back-off, which stalled a partition
+			// for minutes after a short broker fault. Take the next one.
+			// Errors that come without kafka-go's pacing (many in a row)
+			// get a short pause, so this never spins.
 			w.ready.Store(false)
-			w.log.Warn("fetching", zap.String("topic", w.cfg.Topic), zap.Error(err))
-			if !backoff.wait(lctx) {
-				return batch, fetched
+			w.m.errors.WithLabelValues("fetching").Inc()
+			w.kafkaLog.Warn("fetching", zap.Error(err))
+			if errs++; errs > 100 {
+				select {
+				case <-lctx.Done():
+				case <-time.After(10 * time.Millisecond):
+				}
 			}
 			continue
 		}
+		errs = 0
 		w.ready.Store(true)
 		now := time.Now()
 		if len(batch) == 0 {

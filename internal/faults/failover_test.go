@@ -30,7 +30,7 @@ func TestRedisClusterFailover(t *testing.T) {
 	cl := redistest.Cluster(t, 1, "--cluster-node-timeout", "500")
 	r := newKafkaRig(t, 1, cl.Addrs()...)
 	r.extraEnv = append(r.extraEnv, "DEDUPE_REDIS_MIN_REPLICAS=1")
-	run(t, "redis cluster failover", r, 2, 200_000, func(r *rig) (int, time.Duration) {
+	run(t, "redis cluster failover", r, 2, everything, func(r *rig) (int, time.Duration) {
 		time.Sleep(1 * time.Second)
 		// One shard (the default): every key of the pipeline carries the
 		// hash tag {faults:0}.

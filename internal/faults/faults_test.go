@@ -7,6 +7,7 @@ package faults
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -85,6 +86,7 @@ type rig struct {
 	mutate  func(recs []*kgo.Record, tr *clicktest.Truth) []*kgo.Record
 	truth   clicktest.Truth
 	pending []*kgo.Record // input not produced yet
+	all     []*kgo.Record // the whole input
 	mu      sync.Mutex
 	workers map[int]*worker
 	// recoveries are what recovered measured, in order.
@@ -260,6 +262,45 @@ func (r *rig) recoveredWithin(limit time.Duration) time.Duration {
 		}
 	}
 	r.t.Errorf("no progress within %v of a fault", limit)
+	// What the workers report, and which inputs are not in the output yet.
+	{
+		r.mu.Lock()
+		for i, w := range r.workers {
+			if resp, err := http.Get("http://" + w.http + "/metrics"); err == nil {
+				var b bytes.Buffer
+				b.ReadFrom(resp.Body)
+				resp.Body.Close()
+				for _, line := range strings.Split(b.String(), "\n") {
+					if strings.HasPrefix(line, "dedupe_consumer_lag") || strings.HasPrefix(line, "dedupe_events_in_total") {
+						r.t.Logf("worker %d: %s", i, line)
+					}
+				}
+			}
+		}
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, _ := clicktest.ReadToEnd(ctx, r.brokers, outTopic)
+		dead, _ := clicktest.ReadToEnd(ctx, r.brokers, dlqTopic)
+		cancel()
+		r.t.Logf("output %d distinct sources of %d valid IDs, DLQ %d of %d", clicktest.DistinctSources(out), len(r.truth.Valid), clicktest.DistinctSources(dead), r.truth.Malformed)
+		got := map[string]bool{}
+		for _, rec := range out {
+			got[clicktest.Header(rec, clicktest.IDHeader)] = true
+		}
+		shown := 0
+		for k, rec := range r.all {
+			var v struct {
+				ID string `json:"click_id"`
+			}
+			if json.Unmarshal(rec.Value, &v) == nil && v.ID != "" && r.truth.Valid[v.ID] && !got[v.ID] {
+				if shown++; shown > 20 {
+					break
+				}
+				produced := k < len(r.all)-len(r.pending)
+				r.t.Logf("not in the output: %s (input partition %d offset %d, produced %v)", v.ID, rec.Partition, rec.Offset, produced)
+			}
+		}
+	}
 	r.mu.Lock()
 	for i, w := range r.workers {
 		l := w.stderr.String()
@@ -270,10 +311,14 @@ func (r *rig) recoveredWithin(limit time.Duration) time.Duration {
 }
 
 // exhausted reports whether the output and dead-letter topics already
-// account for the whole input; it reads at most a few seconds of each.
+// account for the whole input. It reads each topic up to its current end:
+// a snapshot cut off by a time limit once read part of a loaded topic and
+// took finished work for a stall.
 func (r *rig) exhausted() bool {
 	snap := func(topic string) int {
-		rs, err := clicktest.ReadFor(r.brokers, topic, 3*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		rs, err := clicktest.ReadToEnd(ctx, r.brokers, topic)
 		if err != nil {
 			r.t.Fatal(err)
 		}
@@ -322,6 +367,12 @@ func (r *rig) feed(n int) {
 	r.pending = r.pending[n:]
 }
 
+// everything, as run's upfront, produces the whole input before the
+// replicas start. (Recovery is measured as new input read, or the input
+// used up; with part of the input held back, a fault that outlasts the
+// backlog looked like a stall.)
+const everything = -1
+
 // run makes 200,000 events and produces upfront of them, starts replicas,
 // runs fault while they work (fault may feed more input), produces the
 // rest, waits for the end, and checks and reports.
@@ -330,7 +381,10 @@ func run(t *testing.T, name string, r *rig, replicas, upfront int, fault func(r 
 	if r.mutate != nil {
 		recs = r.mutate(recs, &tr)
 	}
-	r.truth, r.pending = tr, recs
+	r.truth, r.pending, r.all = tr, recs, recs
+	if upfront == everything {
+		upfront = len(recs)
+	}
 	r.feed(upfront)
 	for i := 0; i < replicas; i++ {
 		r.start(i)
@@ -399,7 +453,7 @@ func (r *rig) peakRSS(i int) int64 {
 func TestHostileInput(t *testing.T) {
 	r := newRig(t)
 	r.mutate = func(recs []*kgo.Record, tr *clicktest.Truth) []*kgo.Record { return clicktest.Hostile(recs, tr, 11) }
-	run(t, "hostile input", r, 2, 200_000, func(r *rig) (int, time.Duration) {
+	run(t, "hostile input", r, 2, everything, func(r *rig) (int, time.Duration) {
 		return 0, r.recovered(30 * time.Second)
 	})
 }
@@ -507,7 +561,7 @@ func (r *rig) killAtCommit(limit time.Duration) (int, bool) {
 // ready meanwhile, and carry on after SIGCONT.
 func TestRedisStall(t *testing.T) {
 	r := newRig(t)
-	run(t, "redis SIGSTOP 10s", r, 2, 200_000, func(r *rig) (int, time.Duration) {
+	run(t, "redis SIGSTOP 10s", r, 2, everything, func(r *rig) (int, time.Duration) {
 		time.Sleep(800 * time.Millisecond)
 		r.redis.Pause()
 		time.Sleep(3 * time.Second)
@@ -530,7 +584,7 @@ func TestRedisStall(t *testing.T) {
 // filters and decision records survive, and the workers carry on.
 func TestRedisRestartWithAOF(t *testing.T) {
 	r := newRig(t, "--appendonly", "yes", "--appendfsync", "always")
-	run(t, "redis kill -9, AOF", r, 2, 200_000, func(r *rig) (int, time.Duration) {
+	run(t, "redis kill -9, AOF", r, 2, everything, func(r *rig) (int, time.Duration) {
 		time.Sleep(1 * time.Second)
 		r.redis.Kill()
 		time.Sleep(2 * time.Second)
@@ -545,7 +599,7 @@ func TestRedisRestartWithAOF(t *testing.T) {
 // gracefully and one killed.
 func TestRebalances(t *testing.T) {
 	r := newRig(t)
-	run(t, "scale 1->3->1", r, 1, 200_000, func(r *rig) (int, time.Duration) {
+	run(t, "scale 1->3->1", r, 1, everything, func(r *rig) (int, time.Duration) {
 		time.Sleep(500 * time.Millisecond)
 		r.start(1)
 		r.start(2)
@@ -560,14 +614,19 @@ func TestRebalances(t *testing.T) {
 }
 
 // Kafka misbehaves, each fault for 3 s: fetches of the input answered
-// with an error code; produces to the output answered REQUEST_TIMED_OUT
-// after the broker wrote them (so the retries write copies: replays); then
-// produce connections dropped; then every partition's leader moves to
-// another broker.
+// with an error code; fetch connections dropped; produces to the output
+// answered REQUEST_TIMED_OUT after the broker wrote them (so the retries
+// write copies: replays); produce connections dropped; then every
+// partition's leader moves to another broker.
 func TestKafkaFaults(t *testing.T) {
 	r := newRigBrokers(t, 3)
-	run(t, "kafka errors, leaders", r, 2, 200_000, func(r *rig) (int, time.Duration) {
-		fault := func(f kfake.Fault, d time.Duration) time.Duration {
+	// Input arrives in chunks, one before each fault, so that every fault
+	// finds work in flight.
+	chunk := 200_000 / 6
+	run(t, "kafka errors, leaders", r, 2, chunk, func(r *rig) (int, time.Duration) {
+		const d = 3 * time.Second
+		fault := func(f kfake.Fault) time.Duration {
+			r.feed(chunk)
 			f.Count = -1
 			h := r.broker.Fault(f)
 			time.Sleep(d)
@@ -578,27 +637,31 @@ func TestKafkaFaults(t *testing.T) {
 			t.Logf("%s on %s answered %s: %d requests", f.Keys[0].Name(), f.Topic, f.Err.Message, h.Hits())
 			return r.recovered(30 * time.Second)
 		}
-		time.Sleep(500 * time.Millisecond)
-		worst := fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: inTopic, Err: kerr.UnknownServerError}, 3*time.Second)
-		worst = max(worst, fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: outTopic, Err: kerr.RequestTimedOut}, 3*time.Second))
-
-		until := time.Now().Add(3 * time.Second)
-		var dropped atomic.Int64
-		r.broker.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-			if time.Now().Before(until) {
-				r.broker.KeepControl()
-				dropped.Add(1)
-				return nil, errors.New("injected failure"), true // kfake closes the connection
+		drop := func(key kmsg.Key) time.Duration {
+			r.feed(chunk)
+			until := time.Now().Add(d)
+			var dropped atomic.Int64
+			r.broker.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+				if time.Now().Before(until) {
+					r.broker.KeepControl()
+					dropped.Add(1)
+					return nil, errors.New("injected failure"), true // kfake closes the connection
+				}
+				return nil, nil, false
+			})
+			time.Sleep(d)
+			if dropped.Load() == 0 {
+				t.Errorf("no %s connection was dropped: the fault did not happen", key.Name())
 			}
-			return nil, nil, false
-		})
-		time.Sleep(time.Until(until))
-		if dropped.Load() == 0 {
-			t.Errorf("no produce connection was dropped: the fault did not happen")
+			t.Logf("%s: %d connections dropped", key.Name(), dropped.Load())
+			return r.recovered(30 * time.Second)
 		}
-		t.Logf("Produce: %d connections dropped", dropped.Load())
-		worst = max(worst, r.recovered(30*time.Second))
-
+		time.Sleep(500 * time.Millisecond)
+		worst := fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: inTopic, Err: kerr.UnknownServerError})
+		worst = max(worst, drop(kmsg.Fetch))
+		worst = max(worst, fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: outTopic, Err: kerr.RequestTimedOut}))
+		worst = max(worst, drop(kmsg.Produce))
+		r.feed(chunk)
 		for _, topic := range []string{inTopic, outTopic} {
 			for p := int32(0); p < 6; p++ {
 				leader := r.broker.LeaderFor(topic, p)
@@ -608,7 +671,7 @@ func TestKafkaFaults(t *testing.T) {
 			}
 		}
 		worst = max(worst, r.recovered(30*time.Second))
-		return 4, worst
+		return 5, worst
 	})
 }
 
