@@ -76,6 +76,8 @@ func NewFilter(cfg config.Config, rc redis.UniversalClient) (*bloom.Filter, erro
 // variables to check.
 func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	log = log.With(zap.String("pipeline", cfg.Pipeline))
+	// go-redis logs (dial failures, mostly) to stderr by itself otherwise.
+	redis.SetLogger(redisLogger{consumer.Sampled(log.Named("redis"))})
 	kafkaTLS, mech, err := kafkaSecurity(cfg, log)
 	if err != nil {
 		return err
@@ -238,4 +240,12 @@ func maintain(ctx context.Context, f *bloom.Filter, window time.Duration, g *fil
 		case <-tick.C:
 		}
 	}
+}
+
+// redisLogger sends go-redis's own messages to zap, at warn level: they
+// are about failed connections.
+type redisLogger struct{ log *zap.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn(fmt.Sprintf(format, v...))
 }

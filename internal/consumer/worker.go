@@ -105,8 +105,10 @@ type Worker struct {
 	m      *Metrics
 	ready  atomic.Bool
 	bufs   sync.Pool // of *buffers
-	// kafkaLog logs what kafka-go reports, sampled (see sampled).
+	// kafkaLog logs what kafka-go reports, sampled (see Sampled).
 	kafkaLog *zap.Logger
+	// lagSeen is when each partition's lag was last set (deliver only).
+	lagSeen map[int]time.Time
 }
 
 // New returns a Worker; Run starts it.
@@ -140,7 +142,7 @@ func (w *Worker) Ready() bool { return w.ready.Load() }
 // committed and it is read again by whoever owns the partitions.
 func (w *Worker) Run(ctx context.Context) error {
 	kl := w.log.With(zap.String("topic", w.cfg.Topic), zap.String("group", w.cfg.GroupID))
-	gl := sampled(kl)
+	gl := Sampled(kl)
 	w.kafkaLog = gl
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:  w.cfg.Brokers,
@@ -241,10 +243,11 @@ func ClientID(group string) string {
 	return fmt.Sprintf("dedupe-worker.%s.%s.%d", group, host, os.Getpid())
 }
 
-// sampled is l for kafka-go's own messages, which repeat: a reader at the
-// end of a partition reconnects with "unexpected EOF" many times a second.
-// Each distinct message is logged at most once per 10 s.
-func sampled(l *zap.Logger) *zap.Logger {
+// Sampled is l for a library's own messages, which repeat: a kafka-go
+// reader at the end of a partition reconnects with "unexpected EOF" many
+// times a second, go-redis reports every failed dial. Each distinct
+// message is logged at most once per 10 s.
+func Sampled(l *zap.Logger) *zap.Logger {
 	return l.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 		return zapcore.NewSamplerWithOptions(c, 10*time.Second, 1, 0)
 	}))
@@ -436,16 +439,38 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	}
 	w.m.batchSize.Observe(float64(len(batch)))
 	w.m.batchSeconds.Observe(latency.Seconds())
-	// Lag per partition, from the last message of each partition.
+	w.setLag(batch, time.Now())
+	return nil
+}
+
+// setLag sets the lag of each partition of batch from its last message,
+// and drops partitions not read for lagExpiry.
+func (w *Worker) setLag(batch []kafka.Message, now time.Time) {
 	last := map[int]*kafka.Message{}
 	for i := range batch {
 		last[batch[i].Partition] = &batch[i]
 	}
+	if w.lagSeen == nil {
+		w.lagSeen = map[int]time.Time{}
+	}
 	for p, m := range last {
 		w.m.lag.WithLabelValues(strconv.Itoa(p)).Set(float64(max(m.HighWaterMark-m.Offset-1, 0)))
+		w.lagSeen[p] = now
 	}
-	return nil
+	// A partition this replica has not read for a while has most likely
+	// moved to another replica in a rebalance: its last value would be
+	// stale, so it is dropped.
+	for p, at := range w.lagSeen {
+		if now.Sub(at) > lagExpiry {
+			w.m.lag.DeleteLabelValues(strconv.Itoa(p))
+			delete(w.lagSeen, p)
+		}
+	}
 }
+
+// lagExpiry is how long a partition's lag is exported after this replica
+// last read from it.
+const lagExpiry = time.Minute
 
 // retry calls f until it succeeds or ctx ends, backing off between tries;
 // the worker is not ready while it fails.

@@ -1,0 +1,48 @@
+package consumer
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// kafka-go's repeated messages are logged once per period; other
+// messages still get through.
+func TestKafkaLogsSampled(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	l := Sampled(zap.New(core))
+	for i := 0; i < 100; i++ {
+		l.Warn("the kafka reader got an unknown error reading partition 3 of in at offset 34375: unexpected EOF")
+	}
+	l.Warn("the kafka reader got an unknown error reading partition 4 of in at offset 100: unexpected EOF")
+	if n := logs.Len(); n != 2 {
+		t.Fatalf("%d entries logged, want 2 (one per distinct message)", n)
+	}
+}
+
+// A partition's lag is exported while this replica reads it, and dropped
+// a while after it stops (it has moved to another replica).
+func TestLagOfPartitionsNoLongerRead(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	w := &Worker{m: NewMetrics(reg, "p")}
+	t0 := time.Now()
+	w.setLag([]kafka.Message{{Partition: 0, Offset: 5, HighWaterMark: 10}, {Partition: 1, Offset: 7, HighWaterMark: 8}}, t0)
+	if n := testutil.CollectAndCount(w.m.lag); n != 2 {
+		t.Fatalf("%d lag series, want 2", n)
+	}
+	if v := testutil.ToFloat64(w.m.lag.WithLabelValues("0")); v != 4 {
+		t.Fatalf("lag of partition 0 is %v, want 4", v)
+	}
+	w.setLag([]kafka.Message{{Partition: 0, Offset: 9, HighWaterMark: 10}}, t0.Add(lagExpiry+time.Second))
+	if n := testutil.CollectAndCount(w.m.lag); n != 1 {
+		t.Fatalf("%d lag series after partition 1 went quiet, want 1", n)
+	}
+	if v := testutil.ToFloat64(w.m.lag.WithLabelValues("0")); v != 0 {
+		t.Fatalf("lag of partition 0 is %v, want 0", v)
+	}
+}
