@@ -185,6 +185,10 @@ type Filter struct {
 	// tag names the layout in every key: a change of anything that moves
 	// bits or decisions gives new keys instead of corrupting live ones.
 	tag string
+	// slots are the key prefixes of the shards, each with its hash tag:
+	// every key starts with one, and they are built once here, not per
+	// batch.
+	slots []string
 }
 
 // New returns a Filter over client, a *redis.Client for one server or a
@@ -203,13 +207,18 @@ func New(client redis.UniversalClient, cfg Config) (*Filter, error) {
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%d/%d/%d/%d/%d/%d", cfg.Plan.Layout.Words, cfg.Plan.Layout.BitsPerWord,
 		cfg.Plan.ShardBits, cfg.Plan.Shards, cfg.Windows.seconds(), cfg.ReplayHorizon)
-	return &Filter{
+	f := &Filter{
 		cfg:     cfg,
 		plan:    cfg.Plan,
 		client:  client,
 		cluster: cluster,
 		tag:     fmt.Sprintf("v1-%08x", h.Sum32()),
-	}, nil
+	}
+	f.slots = make([]string, cfg.Plan.Shards)
+	for s := range f.slots {
+		f.slots[s] = fmt.Sprintf("%s:{%s:%d}:%s", cfg.KeyPrefix, cfg.Pipeline, s, f.tag)
+	}
+	return f, nil
 }
 
 // Plan returns the filter's sizing.
@@ -218,18 +227,14 @@ func (f *Filter) Plan() Plan { return f.plan }
 // Tag returns the layout tag that every key of this filter carries.
 func (f *Filter) Tag() string { return f.tag }
 
-func (f *Filter) slot(shard int) string {
-	return fmt.Sprintf("%s:{%s:%d}:%s", f.cfg.KeyPrefix, f.cfg.Pipeline, shard, f.tag)
-}
-
 // FilterKey is the key of one shard of bucket b.
 func (f *Filter) FilterKey(shard int, b int64) string {
-	return fmt.Sprintf("%s:f:%d", f.slot(shard), b)
+	return f.slots[shard] + ":f:" + strconv.FormatInt(b, 10)
 }
 
 // RecordKey is the key of the decision record of one shard and partition.
 func (f *Filter) RecordKey(shard int, topic string, partition int32) string {
-	return fmt.Sprintf("%s:r:%s:%d", f.slot(shard), topic, partition)
+	return f.slots[shard] + ":r:" + topic + ":" + strconv.FormatInt(int64(partition), 10)
 }
 
 func (f *Filter) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {

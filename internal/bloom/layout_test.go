@@ -2,6 +2,7 @@ package bloom
 
 import (
 	"fmt"
+	"math/bits"
 	"strings"
 	"testing"
 )
@@ -55,7 +56,7 @@ func TestLocateShape(t *testing.T) {
 		shards[loc.shard]++
 		for j := 0; j < 4; j++ {
 			mask := uint64(loc.hi[j])<<26 | uint64(loc.lo[j])
-			if n := popcount(mask); n != 4 || mask>>52 != 0 {
+			if n := bits.OnesCount64(mask); n != 4 || mask>>52 != 0 {
 				t.Fatalf("word %d of id-%d has mask %x", j, i, mask)
 			}
 			if loc.word[j]%WordBits != 0 || loc.word[j]+WordBits > goldenPlan.ShardBits {
@@ -68,12 +69,4 @@ func TestLocateShape(t *testing.T) {
 			t.Errorf("shard %d got %d of 70000", s, n)
 		}
 	}
-}
-
-func popcount(x uint64) int {
-	n := 0
-	for ; x != 0; x &= x - 1 {
-		n++
-	}
-	return n
 }

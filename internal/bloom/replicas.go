@@ -21,7 +21,7 @@ const syncTTL = time.Minute
 // SyncKey is the key of a shard that every call with Config.MinReplicas
 // above zero writes after its script, so that its WAIT covers every write
 // made before it on that master (see runReplicated).
-func (f *Filter) SyncKey(shard int) string { return f.slot(shard) + ":w" }
+func (f *Filter) SyncKey(shard int) string { return f.slots[shard] + ":w" }
 
 // pipeliner is a client whose pipelines run on one connection: a
 // *redis.Client, or a node client of a Cluster.
