@@ -20,12 +20,7 @@ import (
 // code: 0 when the verifier found nothing lost, 1 otherwise or when the
 // run failed, 2 for bad flags.
 func RunDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: dedupe-worker demo [flags]\n\nRuns a broker, redis-server, a click generator, two worker replicas and a verifier on this machine.")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("demo", "Runs a broker, redis-server, a click generator, two worker replicas and a verifier on this machine.", stderr)
 	var o Options
 	fs.IntVar(&o.N, "n", 200_000, "click events to produce")
 	fs.Float64Var(&o.Dup, "dup", 0.07, "share of events that repeat an earlier click exactly")
@@ -193,4 +188,16 @@ func approx(x float64) string {
 // percent writes a share as a percentage without float noise.
 func percent(share float64) string {
 	return strconv.FormatFloat(math.Round(share*1e8)/1e6, 'f', -1, 64)
+}
+
+// newFlagSet is the flag set of subcommand name: errors and usage, with
+// what the subcommand does, go to stderr.
+func newFlagSet(name, does string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: dedupe-worker %s [flags]\n\n%s\n", name, does)
+		fs.PrintDefaults()
+	}
+	return fs
 }

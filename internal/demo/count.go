@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -186,12 +185,7 @@ func Count(ctx context.Context, o CountOptions) (Totals, error) {
 
 // RunCount is the count command.
 func RunCount(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("count", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: dedupe-worker count [flags]\n\nCounts DEDUPE_OUTPUT_TOPIC on DEDUPE_KAFKA_BROKERS from the start by dedupe-source until SIGTERM.")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("count", "Counts DEDUPE_OUTPUT_TOPIC on DEDUPE_KAFKA_BROKERS from the start by dedupe-source until SIGTERM.", stderr)
 	o := CountOptions{Out: stdout, Log: stderr}
 	fs.DurationVar(&o.Every, "every", 5*time.Second, "interval of the totals lines")
 	if err := fs.Parse(args); err != nil {

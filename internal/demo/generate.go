@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -158,12 +157,7 @@ func Generate(ctx context.Context, o GenerateOptions) (GenerateStats, error) {
 
 // RunGenerate is the generate command.
 func RunGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: dedupe-worker generate [flags]\n\nProduces click events to DEDUPE_INPUT_TOPIC on DEDUPE_KAFKA_BROKERS, retrying until Kafka is up.")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("generate", "Produces click events to DEDUPE_INPUT_TOPIC on DEDUPE_KAFKA_BROKERS, retrying until Kafka is up.", stderr)
 	o := GenerateOptions{Log: stderr}
 	fs.IntVar(&o.N, "n", 0, "events to produce; 0 for no end (until SIGTERM)")
 	fs.Float64Var(&o.Rate, "rate", 1000, "events per second")
