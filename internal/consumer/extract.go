@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/tidwall/gjson"
@@ -98,7 +99,7 @@ func (e *Extractor) Extract(m *kafka.Message) ([]byte, time.Time, error) {
 			return nil, time.Time{}, ErrNoID
 		}
 	default:
-		r := gjson.GetBytes(m.Value, e.idPath)
+		r := gjson.Get(view(m.Value), e.idPath)
 		switch r.Type {
 		case gjson.String:
 			if !utf8.ValidString(r.Str) {
@@ -112,7 +113,7 @@ func (e *Extractor) Extract(m *kafka.Message) ([]byte, time.Time, error) {
 				id = []byte(r.Str)
 			}
 		case gjson.Number:
-			id = []byte(r.Raw)
+			id = m.Value[r.Index : r.Index+len(r.Raw) : r.Index+len(r.Raw)]
 		case gjson.Null:
 			if !r.Exists() {
 				return nil, time.Time{}, ErrNoID
@@ -139,7 +140,7 @@ func (e *Extractor) eventTime(m *kafka.Message) (time.Time, error) {
 		}
 		return m.Time, nil
 	}
-	r := gjson.GetBytes(m.Value, e.timePath)
+	r := gjson.Get(view(m.Value), e.timePath)
 	switch r.Type {
 	case gjson.Number:
 		return unixTime(r.Raw)
@@ -211,3 +212,8 @@ func depthExceeds(b []byte, limit int) bool {
 	}
 	return false
 }
+
+// view is b as a string without a copy. gjson.GetBytes copies every
+// result it returns; reading through a view leaves the results pointing
+// into the message, which outlives them. Nothing may write b meanwhile.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
