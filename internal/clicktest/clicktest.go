@@ -174,32 +174,12 @@ func Produce(ctx context.Context, brokers []string, topic string, recs []*kgo.Re
 	return cl.ProduceSync(ctx, recs...).FirstErr()
 }
 
-// ReadAll reads every record of topic, stopping after 1.5 s without one.
+// ReadAll reads every record topic holds when it is called (ReadToEnd,
+// bounded by a minute).
 func ReadAll(brokers []string, topic string) ([]*kgo.Record, error) {
-	return ReadFor(brokers, topic, 0)
-}
-
-// ReadFor is ReadAll that also stops after limit (if not 0): a snapshot
-// while the topic is still being written.
-func ReadFor(brokers []string, topic string, limit time.Duration) ([]*kgo.Record, error) {
-	start := time.Now()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxBytes(64<<20))
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	var out []*kgo.Record
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		n := 0
-		fs.EachRecord(func(r *kgo.Record) { out = append(out, r); n++ })
-		if n == 0 || (limit > 0 && time.Since(start) > limit) {
-			return out, nil
-		}
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return ReadToEnd(ctx, brokers, topic)
 }
 
 // Header returns the value of header key of r.
