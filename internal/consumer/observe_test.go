@@ -46,3 +46,13 @@ func TestLagOfPartitionsNoLongerRead(t *testing.T) {
 		t.Fatalf("lag of partition 0 is %v, want 0", v)
 	}
 }
+
+// The commit of a batch is its highest offset per partition, also when
+// kafka-go delivered an offset again after a lower one.
+func TestHighestOffsetPerPartition(t *testing.T) {
+	batch := []kafka.Message{{Partition: 1, Offset: 4}, {Partition: 0, Offset: 9}, {Partition: 1, Offset: 6}, {Partition: 1, Offset: 5}}
+	got := highest(batch, nil)
+	if len(got) != 2 || got[0].Partition != 1 || got[0].Offset != 6 || got[1].Partition != 0 || got[1].Offset != 9 {
+		t.Fatalf("%+v: want partition 1 at 6 and partition 0 at 9", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -168,8 +169,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		ReadBackoffMax:    time.Second,
 		MaxAttempts:       3,
 		Dialer:            &kafka.Dialer{Timeout: w.cfg.KafkaTimeout, TLS: w.cfg.TLS, SASLMechanism: w.cfg.SASL, ClientID: ClientID(w.cfg.GroupID)},
-		Logger:            kafka.LoggerFunc(func(f string, a ...any) { gl.Debug(fmt.Sprintf(f, a...)) }),
-		ErrorLogger:       kafka.LoggerFunc(func(f string, a ...any) { gl.Warn(fmt.Sprintf(f, a...)) }),
+		Logger:            sink.KafkaLogger(gl, zapcore.DebugLevel),
+		ErrorLogger:       sink.KafkaLogger(gl, zapcore.WarnLevel),
 	})
 	w.ready.Store(true)
 	// Two stages: this goroutine fetches and decides batch n+1 while
@@ -318,6 +319,7 @@ type buffers struct {
 	dead    []kafka.Message
 	seen    map[[2]int64]struct{}
 	hb      headerBuf
+	last    []kafka.Message // per partition, the message to commit
 	// retried is set when a write of the batch failed. kafka-go may still
 	// hold its messages in a produce request it abandoned, so the buffers
 	// are then left to the garbage collector instead of being reused.
@@ -420,12 +422,15 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	for _, f := range fetched {
 		w.m.fetchToProduce.Observe(acked.Sub(f).Seconds())
 	}
+	// A commit is the highest offset read per partition; kafka-go would
+	// make and merge an entry per message otherwise.
+	d.last = highest(batch, d.last[:0])
 	// A failed commit loses nothing: the batch is read again and its
 	// decisions are replayed. After a rebalance the commit is refused, so
 	// it is tried a few times only.
 	for attempt := 0; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, w.cfg.KafkaTimeout)
-		err := r.CommitMessages(cctx, batch...)
+		err := r.CommitMessages(cctx, d.last...)
 		cancel()
 		if err == nil {
 			break
@@ -439,23 +444,36 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	}
 	w.m.batchSize.Observe(float64(len(batch)))
 	w.m.batchSeconds.Observe(latency.Seconds())
-	w.setLag(batch, time.Now())
+	w.setLag(d.last, time.Now())
 	return nil
 }
 
-// setLag sets the lag of each partition of batch from its last message,
-// and drops partitions not read for lagExpiry.
-func (w *Worker) setLag(batch []kafka.Message, now time.Time) {
-	last := map[int]*kafka.Message{}
+// highest appends to into, per partition of batch, the message with the
+// highest offset.
+func highest(batch []kafka.Message, into []kafka.Message) []kafka.Message {
 	for i := range batch {
-		last[batch[i].Partition] = &batch[i]
+		m := &batch[i]
+		k := slices.IndexFunc(into, func(x kafka.Message) bool { return x.Partition == m.Partition })
+		switch {
+		case k < 0:
+			into = append(into, *m)
+		case m.Offset > into[k].Offset:
+			into[k] = *m
+		}
 	}
+	return into
+}
+
+// setLag sets the lag of each partition from last, the message with the
+// highest offset read from it (one per partition), and drops partitions
+// not read for lagExpiry.
+func (w *Worker) setLag(last []kafka.Message, now time.Time) {
 	if w.lagSeen == nil {
 		w.lagSeen = map[int]time.Time{}
 	}
-	for p, m := range last {
-		w.m.lag.WithLabelValues(strconv.Itoa(p)).Set(float64(max(m.HighWaterMark-m.Offset-1, 0)))
-		w.lagSeen[p] = now
+	for _, m := range last {
+		w.m.lag.WithLabelValues(strconv.Itoa(m.Partition)).Set(float64(max(m.HighWaterMark-m.Offset-1, 0)))
+		w.lagSeen[m.Partition] = now
 	}
 	// A partition this replica has not read for a while has most likely
 	// moved to another replica in a rebalance: its last value would be

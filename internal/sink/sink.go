@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Headers of the output format.
@@ -95,8 +96,8 @@ func New(cfg Config) *Writer {
 				TLS:         cfg.TLS,
 				SASL:        cfg.SASL,
 			},
-			Logger:      kafka.LoggerFunc(func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }),
-			ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) { log.Warn(fmt.Sprintf(f, a...)) }),
+			Logger:      KafkaLogger(log, zapcore.DebugLevel),
+			ErrorLogger: KafkaLogger(log, zapcore.WarnLevel),
 		},
 	}
 }
@@ -165,4 +166,14 @@ func distinct(werr kafka.WriteErrors) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// KafkaLogger logs kafka-go's messages at level to l, or is nil when l
+// would drop them: kafka-go then skips formatting them (its writer has a
+// debug line for every produce).
+func KafkaLogger(l *zap.Logger, level zapcore.Level) kafka.Logger {
+	if !l.Core().Enabled(level) {
+		return nil
+	}
+	return kafka.LoggerFunc(func(f string, a ...any) { l.Log(level, fmt.Sprintf(f, a...)) })
 }
