@@ -125,27 +125,7 @@ func (r *Result) Print(w io.Writer) {
 	row("decisions in Redis", "%s first seen, %s duplicate for the valid events; %s", group3(int64(r.RecordedFirst)), group3(int64(r.RecordedDup)), agree)
 	tw.Flush()
 
-	var bad []string
-	c := r.Check
-	for _, x := range []struct {
-		n    int
-		what string
-	}{
-		{r.Lost, "lost"}, {r.Unclassified, "never forwarded, decisions unreadable"}, {c.DeadMissing, "malformed not dead-lettered"},
-		{c.Unknown, "forwarded IDs not in the input"}, {c.Conflicts, "sources forwarded with two IDs"},
-		{c.NoReason, "dead letters without a reason"}, {c.WrongDead, "valid events dead-lettered"},
-		{c.OrderBreaks, "order breaks"}, {len(r.WorkerErrors), "replica errors"},
-	} {
-		if x.n > 0 {
-			bad = append(bad, fmt.Sprintf("%s %s", group3(int64(x.n)), x.what))
-		}
-	}
-	if !r.RecordsAgree {
-		bad = append(bad, "decision records disagree with the output")
-	}
-	for _, err := range r.WorkerErrors {
-		bad = append(bad, err.Error())
-	}
+	bad := r.problems()
 	if len(bad) == 0 {
 		fmt.Fprintln(w, "\nresult: OK, nothing lost")
 		return
@@ -200,4 +180,30 @@ func newFlagSet(name, does string, stderr io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// problems lists what the verifier found wrong; none means OK.
+func (r *Result) problems() []string {
+	var bad []string
+	c := r.Check
+	for _, x := range []struct {
+		n    int
+		what string
+	}{
+		{r.Lost, "lost"}, {r.Unclassified, "never forwarded, decisions unreadable"}, {c.DeadMissing, "malformed not dead-lettered"},
+		{c.Unknown, "forwarded IDs not in the input"}, {c.Conflicts, "sources forwarded with two IDs"},
+		{c.NoReason, "dead letters without a reason"}, {c.WrongDead, "valid events dead-lettered"},
+		{c.OrderBreaks, "order breaks"}, {len(r.WorkerErrors), "replica errors"},
+	} {
+		if x.n > 0 {
+			bad = append(bad, fmt.Sprintf("%s %s", group3(int64(x.n)), x.what))
+		}
+	}
+	if !r.RecordsAgree {
+		bad = append(bad, "decision records disagree with the output")
+	}
+	for _, err := range r.WorkerErrors {
+		bad = append(bad, err.Error())
+	}
+	return bad
 }

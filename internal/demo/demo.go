@@ -150,11 +150,7 @@ type Result struct {
 }
 
 // OK reports whether the verifier found nothing lost or mangled.
-func (r *Result) OK() bool {
-	c := r.Check
-	return r.Lost == 0 && r.Unclassified == 0 && r.RecordsAgree && c.DeadMissing == 0 && c.Unknown == 0 &&
-		c.Conflicts == 0 && c.NoReason == 0 && c.WrongDead == 0 && c.OrderBreaks == 0 && len(r.WorkerErrors) == 0
-}
+func (r *Result) OK() bool { return len(r.problems()) == 0 }
 
 // EventsPerSecond is the run's throughput.
 func (r *Result) EventsPerSecond() float64 { return float64(r.Events) / r.Elapsed.Seconds() }

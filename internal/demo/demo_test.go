@@ -43,20 +43,11 @@ func runDemo(t *testing.T, o Options) *Result {
 func checkAgainstTruth(t *testing.T, res *Result) {
 	t.Helper()
 	o := res.Options
-	s := clicktest.NewStream(o.Dup, o.Bad, o.Seed, nil)
-	ids := map[string]bool{}
-	valid, malformed := 0, 0
-	for range o.N {
-		if e := s.Next(); e.ID == "" {
-			malformed++
-		} else {
-			valid++
-			ids[e.ID] = true
-		}
-	}
-	if res.Events != o.N || res.Valid != valid || res.Distinct != len(ids) || res.Malformed != malformed {
+	ids, distinct := streamIDs(o.N, o.Dup, o.Bad, o.Seed)
+	valid, malformed := len(ids), o.N-len(ids)
+	if res.Events != o.N || res.Valid != valid || res.Distinct != distinct || res.Malformed != malformed {
 		t.Errorf("events %d, valid %d, distinct %d, malformed %d; the generator made %d, %d, %d, %d",
-			res.Events, res.Valid, res.Distinct, res.Malformed, o.N, valid, len(ids), malformed)
+			res.Events, res.Valid, res.Distinct, res.Malformed, o.N, valid, distinct, malformed)
 	}
 	if res.Lost != 0 || res.Unclassified != 0 {
 		t.Errorf("lost %d, unclassified %d", res.Lost, res.Unclassified)

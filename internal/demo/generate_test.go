@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
-	"dedupe-worker/config"
 	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/clicktest"
 	"dedupe-worker/internal/redisproc"
@@ -111,13 +110,8 @@ func TestGenerateCount(t *testing.T) {
 	defer broker.Close()
 	brokers := broker.ListenAddrs()
 	srv := redistest.Server(t)
-	cfg := config.Config{
-		Pipeline: "gc", KafkaBrokers: brokers, InputTopic: "in", OutputTopic: "out", DLQTopic: "dlq", GroupID: "dedupe-gc",
-		RedisAddrs: []string{srv.Addr}, IDField: "click_id", TimeField: "ts", Window: 10 * time.Minute, WindowMode: "rolling",
-		WindowGrace: time.Minute, ExpectedPerWindow: 100_000, FalsePositiveRate: 1e-9, Shards: 1, BatchSize: 500,
-		BatchLinger: 20 * time.Millisecond, HTTPAddr: redisproc.FreeAddr(), LogLevel: "warn", RedisTimeout: 2 * time.Second,
-		KafkaTimeout: 5 * time.Second, KafkaSessionTimeout: 2 * time.Second, ShutdownTimeout: 5 * time.Second,
-	}
+	cfg := workerConfig(Options{Window: 10 * time.Minute, Expected: 100_000, P: 1e-9}, brokers, srv.Addr, redisproc.FreeAddr())
+	cfg.InputTopic, cfg.OutputTopic, cfg.DLQTopic = "in", "out", "dlq"
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
