@@ -132,9 +132,9 @@ func run(ctx context.Context, o options) error {
 	defer srv.Stop()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, ReadTimeout: 30 * time.Second})
 	defer c.Close()
-	version, _ := c.Info(ctx, "server").Result()
+	version, _ := redisproc.InfoField(ctx, c, "server", "redis_version")
 	fmt.Printf("redis %s, %d IDs of 16 bytes, %.0f%% duplicates, batches of %d, p = %g\n",
-		field(version, "redis_version"), o.n, o.dup*100, o.batch, o.p)
+		version, o.n, o.dup*100, o.batch, o.p)
 
 	var results []result
 	for _, m := range strings.Split(o.methods, ",") {
@@ -228,17 +228,8 @@ func redisCPU(ctx context.Context, c *redis.Client) float64 {
 }
 
 func usedMemory(ctx context.Context, c *redis.Client) int64 {
-	v, _ := strconv.ParseInt(field(c.Info(ctx, "memory").Val(), "used_memory"), 10, 64)
+	v, _ := redisproc.UsedMemory(ctx, c)
 	return v
-}
-
-func field(info, name string) string {
-	for _, l := range strings.Split(info, "\r\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok && k == name {
-			return v
-		}
-	}
-	return ""
 }
 
 const partitions = 8

@@ -28,6 +28,7 @@ import (
 	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/redisproc"
 )
 
 // Topics and group of the demo pipeline.
@@ -544,27 +545,10 @@ func redisFacts(ctx context.Context, rc redis.UniversalClient, f *bloom.Filter, 
 	return nil
 }
 
-func infoField(ctx context.Context, rc redis.UniversalClient, section, field string) (string, error) {
-	info, err := rc.Info(ctx, section).Result()
-	if err != nil {
-		return "", fmt.Errorf("INFO %s: %w", section, err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return v, nil
-		}
-	}
-	return "", fmt.Errorf("INFO %s has no %s", section, field)
-}
-
 func usedMemory(ctx context.Context, rc redis.UniversalClient) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	v, err := infoField(ctx, rc, "memory", "used_memory")
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseInt(v, 10, 64)
+	return redisproc.UsedMemory(ctx, rc)
 }
 
 // checkRedisVersion refuses servers older than 7.0, whose EXPIRE has no
@@ -572,7 +556,7 @@ func usedMemory(ctx context.Context, rc redis.UniversalClient) (int64, error) {
 func checkRedisVersion(ctx context.Context, rc redis.UniversalClient) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	v, err := infoField(ctx, rc, "server", "redis_version")
+	v, err := redisproc.InfoField(ctx, rc, "server", "redis_version")
 	if err != nil {
 		return err
 	}

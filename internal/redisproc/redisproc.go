@@ -40,10 +40,12 @@ type Server struct {
 // (created if missing), no persistence unless args ask for it, and waits
 // until it answers PING.
 func Start(ctx context.Context, dir string, args ...string) (*Server, error) {
-	return start(ctx, dir, Options{}, args)
+	return StartWith(ctx, dir, Options{}, args...)
 }
 
-func start(ctx context.Context, dir string, o Options, args []string) (*Server, error) {
+// StartWith is Start for a server that makes clients log in, or speaks
+// TLS only, or both; args are more redis-server arguments.
+func StartWith(ctx context.Context, dir string, o Options, args ...string) (*Server, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, ErrNotInstalled
 	}
@@ -134,6 +136,29 @@ func FreeAddr() string {
 		panic(err)
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// InfoField is one field of an INFO section of the server c talks to.
+func InfoField(ctx context.Context, c redis.UniversalClient, section, field string) (string, error) {
+	info, err := c.Info(ctx, section).Result()
+	if err != nil {
+		return "", fmt.Errorf("INFO %s: %w", section, err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("INFO %s has no %s", section, field)
+}
+
+// UsedMemory is the server's used_memory in bytes.
+func UsedMemory(ctx context.Context, c redis.UniversalClient) (int64, error) {
+	v, err := InfoField(ctx, c, "memory", "used_memory")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(v, 10, 64)
 }
 
 // CPUSeconds is the user and system CPU time the server behind c has used
@@ -232,7 +257,7 @@ func (c *Cluster) Addrs() []string {
 // override them: "--cluster-node-timeout", "500" makes a failover take
 // about two seconds instead of five.
 func StartCluster(ctx context.Context, dir string, masters, replicas int, args ...string) (*Cluster, error) {
-	return startCluster(ctx, dir, masters, replicas, Options{}, args)
+	return StartClusterWith(ctx, dir, masters, replicas, Options{}, args...)
 }
 
 func startCluster(ctx context.Context, dir string, masters, replicas int, o Options, args []string) (*Cluster, error) {
@@ -246,7 +271,7 @@ func startCluster(ctx context.Context, dir string, masters, replicas int, o Opti
 		nodeArgs := append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no",
 			"--repl-diskless-sync-delay", "0"}, args...)
-		n, err := start(ctx, filepath.Join(dir, fmt.Sprintf("node%d", i)), o, nodeArgs)
+		n, err := StartWith(ctx, filepath.Join(dir, fmt.Sprintf("node%d", i)), o, nodeArgs...)
 		if err != nil {
 			c.Stop()
 			return nil, err

@@ -37,20 +37,17 @@ type TLS struct {
 	ClientCertFile, ClientKeyFile string
 }
 
-// StartWith is Start for a server that makes clients log in, or speaks
-// TLS only, or both; args are more redis-server arguments.
-func StartWith(ctx context.Context, dir string, o Options, args ...string) (*Server, error) {
-	return start(ctx, dir, o, args)
-}
-
 // ClientOptions are options for a client of s: its address, and the user,
 // password and TLS configuration it was started with.
-func (s *Server) ClientOptions() *redis.Options {
-	o := &redis.Options{Addr: s.Addr, Username: s.opts.User, Password: s.opts.Password}
-	if s.opts.TLS != nil {
-		o.TLSConfig = s.opts.TLS.Client
+func (s *Server) ClientOptions() *redis.Options { return s.opts.client(s.Addr) }
+
+// client are client options for the server at addr started with o.
+func (o Options) client(addr string) *redis.Options {
+	c := &redis.Options{Addr: addr, Username: o.User, Password: o.Password}
+	if o.TLS != nil {
+		c.TLSConfig = o.TLS.Client
 	}
-	return o
+	return c
 }
 
 // argv is the redis-server command line for port.
@@ -91,20 +88,15 @@ func StartClusterWith(ctx context.Context, dir string, masters, replicas int, o 
 // ClusterOptions are options for a cluster client of c: the seeds, and
 // the user, password and TLS configuration the nodes were started with.
 func (c *Cluster) ClusterOptions() *redis.ClusterOptions {
-	o := &redis.ClusterOptions{Addrs: c.Addrs(), Username: c.opts.User, Password: c.opts.Password}
-	if c.opts.TLS != nil {
-		o.TLSConfig = c.opts.TLS.Client
-	}
-	return o
+	n := c.opts.client("")
+	return &redis.ClusterOptions{Addrs: c.Addrs(), Username: n.Username, Password: n.Password, TLSConfig: n.TLSConfig}
 }
 
 // nodeClient is a client of the node at addr, which need not be one of
 // c.Nodes, as the nodes' options say; it does not retry.
 func (c *Cluster) nodeClient(addr string) *redis.Client {
-	o := &redis.Options{Addr: addr, MaxRetries: -1, Username: c.opts.User, Password: c.opts.Password}
-	if c.opts.TLS != nil {
-		o.TLSConfig = c.opts.TLS.Client
-	}
+	o := c.opts.client(addr)
+	o.MaxRetries = -1
 	return redis.NewClient(o)
 }
 

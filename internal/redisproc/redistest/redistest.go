@@ -15,12 +15,7 @@ import (
 // Server starts a standalone redis-server for this test.
 func Server(t testing.TB, args ...string) *redisproc.Server {
 	t.Helper()
-	s, err := redisproc.Start(context.Background(), t.TempDir(), args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Stop() })
-	return s
+	return ServerWith(t, redisproc.Options{}, args...)
 }
 
 // ServerWith starts a standalone redis-server for this test that makes
@@ -62,12 +57,7 @@ func Client(t testing.TB, s *redisproc.Server) *redis.Client {
 // each) for this test; args go to every node (see redisproc.StartCluster).
 func Cluster(t testing.TB, replicas int, args ...string) *redisproc.Cluster {
 	t.Helper()
-	c, err := redisproc.StartCluster(context.Background(), t.TempDir(), 3, replicas, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop() })
-	return c
+	return ClusterWith(t, replicas, redisproc.Options{}, args...)
 }
 
 // ClusterClient is a cluster client of c, closed after the test.
