@@ -440,7 +440,10 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 				zap.Int("partition", batch[0].Partition), zap.Int64("offset", batch[0].Offset), zap.Error(err))
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	w.m.batchSize.Observe(float64(len(batch)))
 	w.m.batchSeconds.Observe(latency.Seconds())

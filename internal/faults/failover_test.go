@@ -2,10 +2,6 @@ package faults
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -109,27 +105,9 @@ func TestRedisClusterFailover(t *testing.T) {
 
 // decided is the sum of dedupe_verdicts_total over the live workers.
 func decided(r *rig) float64 {
-	r.mu.Lock()
-	var addrs []string
-	for _, w := range r.workers {
-		addrs = append(addrs, w.http)
-	}
-	r.mu.Unlock()
-	c := http.Client{Timeout: 500 * time.Millisecond}
 	var sum float64
-	for _, a := range addrs {
-		resp, err := c.Get("http://" + a + "/metrics")
-		if err != nil {
-			continue
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		for _, line := range strings.Split(string(body), "\n") {
-			if strings.HasPrefix(line, "dedupe_verdicts_total{") {
-				v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-				sum += v
-			}
-		}
+	for _, v := range r.metric("dedupe_verdicts_total{") {
+		sum += v
 	}
 	return sum
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -206,14 +207,18 @@ func (r *rig) ready(i int) bool {
 }
 
 // eventsIn reads dedupe_events_in_total of every live worker.
-func (r *rig) eventsIn() map[int]float64 {
+func (r *rig) eventsIn() map[int]float64 { return r.metric("dedupe_events_in_total") }
+
+// metricLines are the lines of each live worker's /metrics that start
+// with prefix.
+func (r *rig) metricLines(prefix string) map[int][]string {
 	r.mu.Lock()
 	addrs := map[int]string{}
 	for i, w := range r.workers {
 		addrs[i] = w.http
 	}
 	r.mu.Unlock()
-	out := map[int]float64{}
+	out := map[int][]string{}
 	c := http.Client{Timeout: 500 * time.Millisecond}
 	for i, a := range addrs {
 		resp, err := c.Get("http://" + a + "/metrics")
@@ -224,11 +229,21 @@ func (r *rig) eventsIn() map[int]float64 {
 		b.ReadFrom(resp.Body)
 		resp.Body.Close()
 		for _, line := range strings.Split(b.String(), "\n") {
-			if strings.HasPrefix(line, "dedupe_events_in_total") {
-				var v float64
-				fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
-				out[i] = v
+			if strings.HasPrefix(line, prefix) {
+				out[i] = append(out[i], line)
 			}
+		}
+	}
+	return out
+}
+
+// metric sums, per live worker, the series whose lines start with prefix.
+func (r *rig) metric(prefix string) map[int]float64 {
+	out := map[int]float64{}
+	for i, lines := range r.metricLines(prefix) {
+		for _, line := range lines {
+			v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			out[i] += v
 		}
 	}
 	return out
@@ -264,20 +279,13 @@ func (r *rig) recoveredWithin(limit time.Duration) time.Duration {
 	r.t.Errorf("no progress within %v of a fault", limit)
 	// What the workers report, and which inputs are not in the output yet.
 	{
-		r.mu.Lock()
-		for i, w := range r.workers {
-			if resp, err := http.Get("http://" + w.http + "/metrics"); err == nil {
-				var b bytes.Buffer
-				b.ReadFrom(resp.Body)
-				resp.Body.Close()
-				for _, line := range strings.Split(b.String(), "\n") {
-					if strings.HasPrefix(line, "dedupe_consumer_lag") || strings.HasPrefix(line, "dedupe_events_in_total") {
-						r.t.Logf("worker %d: %s", i, line)
-					}
+		for i, lines := range r.metricLines("dedupe_") {
+			for _, line := range lines {
+				if strings.HasPrefix(line, "dedupe_consumer_lag") || strings.HasPrefix(line, "dedupe_events_in_total") {
+					r.t.Logf("worker %d: %s", i, line)
 				}
 			}
 		}
-		r.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		out, _ := clicktest.ReadToEnd(ctx, r.brokers, outTopic)
 		dead, _ := clicktest.ReadToEnd(ctx, r.brokers, dlqTopic)
