@@ -3,8 +3,6 @@ package deploy
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 
+	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/consumer"
 )
 
@@ -74,15 +73,15 @@ func (c *capture) Unregister(x prometheus.Collector) bool { return c.reg.Unregis
 
 var descPattern = regexp.MustCompile(`^Desc\{fqName: "([a-zA-Z_:][a-zA-Z0-9_:]*)", help: .*, constLabels: \{([^}]*)\}, variableLabels: \{([^}]*)\}\}$`)
 
-// consumerFamilies are the families consumer.NewMetrics registers, read
-// from the collectors themselves: names and labels from their
-// descriptions, kinds from their Go types.
-func consumerFamilies(t *testing.T) []family {
+// families are the families register registers, read from the
+// collectors themselves: names and labels from their descriptions, kinds
+// from their Go types.
+func families(t *testing.T, what string, register func(prometheus.Registerer)) []family {
 	t.Helper()
 	c := &capture{reg: prometheus.NewRegistry()}
-	consumer.NewMetrics(c, "p")
+	register(c)
 	if len(c.collectors) == 0 {
-		t.Fatal("consumer.NewMetrics registered nothing")
+		t.Fatalf("%s registered nothing", what)
 	}
 	var fams []family
 	for _, col := range c.collectors {
@@ -97,7 +96,7 @@ func consumerFamilies(t *testing.T) []family {
 		case prometheus.Gauge, *prometheus.GaugeVec:
 			kind = "gauge"
 		default:
-			t.Fatalf("consumer.NewMetrics registered a %T: teach this test its series", col)
+			t.Fatalf("%s registered a %T: teach this test its series", what, col)
 		}
 		ch := make(chan *prometheus.Desc, 16)
 		col.Describe(ch)
@@ -131,35 +130,6 @@ func consumerFamilies(t *testing.T) []family {
 		i := slices.IndexFunc(fams, func(f family) bool { return f.name == mf.GetName() })
 		if i < 0 || fams[i].kind != strings.ToLower(mf.GetType().String()) {
 			t.Fatalf("Gather shows %s (%s), not read from the descriptions as such", mf.GetName(), mf.GetType())
-		}
-	}
-	return fams
-}
-
-// sourceMetric matches a metric constructed in Go source:
-// prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "x", ...
-var sourceMetric = regexp.MustCompile(`prometheus\.New(Counter|Gauge|Histogram|Summary)(Vec)?\(\s*prometheus\.(?:Counter|Gauge|Histogram|Summary)Opts\{\s*Name:\s*"([a-zA-Z_:][a-zA-Z0-9_:]*)"`)
-
-// sourceFamilies reads the metrics constructed in the non-test Go files
-// of dir. internal/app's filter gauges are built by an unexported
-// function inside app.Run, so their names come from the source.
-func sourceFamilies(t *testing.T, dir string) []family {
-	t.Helper()
-	files, err := filepath.Glob(repoPath(dir, "*.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fams []family
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range sourceMetric.FindAllStringSubmatch(string(src), -1) {
-			fams = append(fams, family{name: m[3], kind: strings.ToLower(m[1])})
 		}
 	}
 	return fams
@@ -201,41 +171,8 @@ func runtimeFamilies(t *testing.T) []family {
 // labels.
 func registeredSeries(t *testing.T) map[string][]string {
 	t.Helper()
-	cons := consumerFamilies(t)
-
-	// The source reading must agree with the registry where both apply,
-	// or it cannot be trusted for internal/app.
-	var fromReg, fromSrc []string
-	for _, f := range cons {
-		fromReg = append(fromReg, f.name+" "+f.kind)
-	}
-	for _, f := range sourceFamilies(t, "internal/consumer") {
-		fromSrc = append(fromSrc, f.name+" "+f.kind)
-	}
-	slices.Sort(fromReg)
-	slices.Sort(fromSrc)
-	if !slices.Equal(fromReg, fromSrc) {
-		t.Fatalf("internal/consumer: registered %v, found in the source %v", fromReg, fromSrc)
-	}
-
-	appFams := sourceFamilies(t, "internal/app")
-	if len(appFams) == 0 {
-		t.Fatal("internal/app: no metric found in the source")
-	}
-	// newFilterGauges labels each gauge with the pipeline and window,
-	// shard (its labels variable); read those from the source too.
-	src := string(readRepoFile(t, "internal", "app", "app.go"))
-	lm := regexp.MustCompile(`labels := \[\]string\{([^}]*)\}`).FindStringSubmatch(src)
-	if lm == nil || !strings.Contains(src, `prometheus.Labels{"pipeline": pipeline}`) {
-		t.Fatal("internal/app/app.go: cannot read the filter gauges' labels")
-	}
-	var appLabels = []string{"pipeline"}
-	for _, l := range strings.Split(lm[1], ",") {
-		appLabels = append(appLabels, strings.Trim(strings.TrimSpace(l), `"`))
-	}
-	for i := range appFams {
-		appFams[i].labels = appLabels
-	}
+	cons := families(t, "consumer.NewMetrics", func(r prometheus.Registerer) { consumer.NewMetrics(r, "p") })
+	appFams := families(t, "app.NewFilterGauges", func(r prometheus.Registerer) { app.NewFilterGauges(r, "p") })
 
 	out := map[string][]string{}
 	for _, f := range slices.Concat(cons, appFams, runtimeFamilies(t)) {

@@ -99,7 +99,7 @@ func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := consumer.NewMetrics(reg, cfg.Pipeline)
-	fg := newFilterGauges(reg, cfg.Pipeline)
+	fg := NewFilterGauges(reg, cfg.Pipeline)
 
 	ex, err := consumer.NewExtractor(cfg.IDField, cfg.TimeField)
 	if err != nil {
@@ -186,14 +186,18 @@ func serve(addr string, reg *prometheus.Registry, ready func() bool, log *zap.Lo
 	return srv, l.Addr().String(), nil
 }
 
-type filterGauges struct {
+// FilterGauges are the filter statistics the worker exports.
+type FilterGauges struct {
 	fill, fpr, elements, ttl *prometheus.GaugeVec
 }
 
-func newFilterGauges(reg prometheus.Registerer, pipeline string) *filterGauges {
+// NewFilterGauges registers the filter statistics the worker exports per
+// window and shard (fill, estimated false-positive rate, estimated
+// elements, TTL).
+func NewFilterGauges(reg prometheus.Registerer, pipeline string) *FilterGauges {
 	l := prometheus.Labels{"pipeline": pipeline}
 	labels := []string{"window", "shard"}
-	g := &filterGauges{
+	g := &FilterGauges{
 		fill: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_fill_ratio",
 			Help: "Set bits over all bits, per window (current, previous) and shard.", ConstLabels: l}, labels),
 		fpr: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_false_positive_rate",
@@ -207,7 +211,7 @@ func newFilterGauges(reg prometheus.Registerer, pipeline string) *filterGauges {
 	return g
 }
 
-func maintain(ctx context.Context, f *bloom.Filter, window time.Duration, g *filterGauges, log *zap.Logger) {
+func maintain(ctx context.Context, f *bloom.Filter, window time.Duration, g *FilterGauges, log *zap.Logger) {
 	tick := time.NewTicker(30 * time.Second)
 	defer tick.Stop()
 	for {
