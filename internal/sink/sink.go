@@ -3,13 +3,13 @@
 package sink
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -142,10 +142,10 @@ func (sourcePartition) Balance(msg kafka.Message, partitions ...int) int {
 		if h.Key != SourceHeader {
 			continue
 		}
-		s := string(h.Value)
-		if i := strings.LastIndexByte(s, '/'); i > 0 {
-			if j := strings.LastIndexByte(s[:i], '/'); j >= 0 {
-				if p, err := strconv.Atoi(s[j+1 : i]); err == nil && p >= 0 {
+		v := h.Value // converted only where the partition number is
+		if i := bytes.LastIndexByte(v, '/'); i > 0 {
+			if j := bytes.LastIndexByte(v[:i], '/'); j >= 0 {
+				if p, err := strconv.Atoi(string(v[j+1 : i])); err == nil && p >= 0 {
 					return partitions[p%len(partitions)]
 				}
 			}
