@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -189,6 +190,9 @@ type Filter struct {
 	// every key starts with one, and they are built once here, not per
 	// batch.
 	slots []string
+	// scriptCached[s] is set once the master serving shard s has run the
+	// script with MinReplicas (see runReplicated).
+	scriptCached []atomic.Bool
 }
 
 // New returns a Filter over client, a *redis.Client for one server or a
@@ -214,6 +218,7 @@ func New(client redis.UniversalClient, cfg Config) (*Filter, error) {
 		cluster: cluster,
 		tag:     fmt.Sprintf("v1-%08x", h.Sum32()),
 	}
+	f.scriptCached = make([]atomic.Bool, cfg.Plan.Shards)
 	f.slots = make([]string, cfg.Plan.Shards)
 	for s := range f.slots {
 		f.slots[s] = fmt.Sprintf("%s:{%s:%d}:%s", cfg.KeyPrefix, cfg.Pipeline, s, f.tag)

@@ -60,8 +60,13 @@ func (f *Filter) runReplicated(ctx context.Context, shard int, keys []string, ar
 		}
 		conn = node
 	}
-	res, err := f.evalAndWait(ctx, conn, shard, false, keys, args)
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+	// The pipeline runs WAIT even when the script is refused, so a NOSCRIPT
+	// answer costs the WAIT's time and leaves the retry only what remains:
+	// until a shard's master is known to hold the script, send its source.
+	load := !f.scriptCached[shard].Load()
+	res, err := f.evalAndWait(ctx, conn, shard, load, keys, args)
+	if !load && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		f.scriptCached[shard].Store(false)
 		res, err = f.evalAndWait(ctx, conn, shard, true, keys, args)
 	}
 	if err != nil && cc != nil {
@@ -99,6 +104,7 @@ func (f *Filter) evalAndWait(ctx context.Context, conn pipeliner, shard int, loa
 	if err != nil {
 		return "", err
 	}
+	f.scriptCached[shard].Store(true)
 	if err := mark.Err(); err != nil {
 		return "", fmt.Errorf("writing %s: %w", f.SyncKey(shard), err)
 	}
