@@ -17,10 +17,11 @@ import (
 // slot (ASK, TRYAGAIN) fail whole and are retried, and every ID is still
 // first seen exactly once.
 func TestClusterSlotMigration(t *testing.T) {
+	t0 := realNow()
 	cl := sharedCluster(t)
 	cc := redistest.ClusterClient(t, cl)
 	ctx := context.Background()
-	f, _ := newFilter(t, cc, 50_000, 1e-6, func(cfg *Config) {
+	f := newFilter(t, cc, t0, 50_000, 1e-6, func(cfg *Config) {
 		cfg.Pipeline = "migrate"
 		p, _ := NewPlan(50_000, 1e-6, PlanOptions{MinShards: 2})
 		cfg.Plan = p

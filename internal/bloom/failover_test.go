@@ -19,12 +19,13 @@ import (
 // With MinReplicas and no replica to wait for, a call fails with a clear
 // error within CallTimeout instead of hanging, and nothing else breaks.
 func TestMinReplicasWithoutReplicaFails(t *testing.T) {
+	t0 := realNow()
 	if _, err := New(nil, Config{Pipeline: "x", MinReplicas: -1}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("negative MinReplicas: %v, want ErrInvalidConfig", err)
 	}
 	c := redistest.Client(t, redistest.Server(t))
 	const timeout = 300 * time.Millisecond
-	f, _ := newFilter(t, c, 10_000, 1e-6, func(cfg *Config) {
+	f := newFilter(t, c, t0, 10_000, 1e-6, func(cfg *Config) {
 		cfg.MinReplicas = 1
 		cfg.CallTimeout = timeout
 	})
@@ -54,6 +55,7 @@ func TestMinReplicasWithoutReplicaFails(t *testing.T) {
 // every command, so there this holds even without the sync key; newer
 // versions set it only on writes.)
 func TestMinReplicasRetryWaitsForLaggingReplica(t *testing.T) {
+	t0 := realNow()
 	master := redistest.Server(t, "--repl-diskless-sync-delay", "0")
 	host, port, _ := net.SplitHostPort(master.Addr)
 	replica := redistest.Server(t, "--replicaof", host, port)
@@ -65,7 +67,7 @@ func TestMinReplicasRetryWaitsForLaggingReplica(t *testing.T) {
 		cfg.MinReplicas = 1
 		cfg.CallTimeout = timeout
 	}
-	f, _ := newFilter(t, mc, 10_000, 1e-6, mutate)
+	f := newFilter(t, mc, t0, 10_000, 1e-6, mutate)
 	ctx := context.Background()
 	es := stream(600, 2, 3, t0)
 	first := verdicts(t, f, es[:300]...)
@@ -84,7 +86,7 @@ func TestMinReplicasRetryWaitsForLaggingReplica(t *testing.T) {
 	}
 	// Fresh connections, as another replica of the worker, or a pool that
 	// dropped the first one, would use.
-	other, _ := newFilter(t, redistest.Client(t, master), 10_000, 1e-6, mutate)
+	other := newFilter(t, redistest.Client(t, master), t0, 10_000, 1e-6, mutate)
 	v, err := other.TestAndSet(ctx, es[300:])
 	if !errors.Is(err, ErrTooFewReplicas) {
 		t.Fatalf("retry with the replica still stopped: verdicts %v, error %v; want ErrTooFewReplicas", v, err)
@@ -107,7 +109,7 @@ func TestMinReplicasRetryWaitsForLaggingReplica(t *testing.T) {
 	if err := rc.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
-	promoted, _ := newFilter(t, rc, 10_000, 1e-6, nil)
+	promoted := newFilter(t, rc, t0, 10_000, 1e-6, nil)
 	all := verdicts(t, promoted, es...)
 	for k := range es {
 		var want Verdict
@@ -205,8 +207,9 @@ type failoverResult struct {
 // seen from several sources, and replays that disagree with the first
 // answer.
 func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipeline string, minReplicas int) failoverResult {
+	t0 := realNow()
 	ctx := context.Background()
-	f, _ := newFilter(t, cc, 200_000, 1e-6, func(cfg *Config) {
+	f := newFilter(t, cc, t0, 200_000, 1e-6, func(cfg *Config) {
 		cfg.Pipeline = pipeline
 		cfg.Plan, _ = NewPlan(200_000, 1e-6, PlanOptions{MinShards: 3})
 		cfg.MinReplicas = minReplicas
@@ -361,6 +364,7 @@ func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipe
 // on a master with one replica on loopback: the master-to-replica round
 // trip and the sync key write.
 func BenchmarkMinReplicas(b *testing.B) {
+	t0 := realNow()
 	master := redistest.Server(b, "--repl-diskless-sync-delay", "0")
 	host, port, _ := net.SplitHostPort(master.Addr)
 	redistest.Server(b, "--replicaof", host, port)
@@ -368,7 +372,7 @@ func BenchmarkMinReplicas(b *testing.B) {
 	waitReplicaOnline(b, mc)
 	for _, n := range []int{0, 1} {
 		b.Run(fmt.Sprintf("min=%d", n), func(b *testing.B) {
-			f, _ := newFilter(b, mc, 1_000_000, 1e-6, func(cfg *Config) {
+			f := newFilter(b, mc, t0, 1_000_000, 1e-6, func(cfg *Config) {
 				cfg.Pipeline = fmt.Sprintf("bench-%d", n)
 				cfg.MinReplicas = n
 			})

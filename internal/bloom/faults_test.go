@@ -14,17 +14,18 @@ import (
 // same batch sent again afterwards must give the decisions a fault-free run
 // gives.
 func TestFaultsThenRetry(t *testing.T) {
+	t0 := realNow()
 	es := stream(3000, 3, 5, t0)
 	// The reference: a fault-free run.
 	ref := func() []Verdict {
 		c := redistest.Client(t, redistest.Server(t))
-		f, _ := newFilter(t, c, 10_000, 1e-6, nil)
+		f := newFilter(t, c, t0, 10_000, 1e-6, nil)
 		return runBatches(t, f, es, 500)
 	}()
 
 	srv := redistest.Server(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := redistest.Client(t, srv)
-	f, _ := newFilter(t, c, 10_000, 1e-6, func(cfg *Config) { cfg.CallTimeout = 300 * time.Millisecond })
+	f := newFilter(t, c, t0, 10_000, 1e-6, func(cfg *Config) { cfg.CallTimeout = 300 * time.Millisecond })
 	ctx := context.Background()
 	var got []Verdict
 	batch := func(i int) []Element { return es[i*500 : (i+1)*500] }

@@ -15,24 +15,22 @@ import (
 	"dedupe-worker/internal/redisproc/redistest"
 )
 
-var t0 = time.Date(2026, 11, 21, 12, 3, 0, 0, time.UTC)
+// realNow is a test's present: the real clock, to the second. Redis applies
+// EXPIREAT with its own real clock, so a filter's injected clock and the
+// event times of a test start here, never at a calendar date, and may only
+// run ahead of it: a clock behind Redis's makes keys that expire at once.
+func realNow() time.Time { return time.Now().UTC().Truncate(time.Second) }
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
-
-func newFilter(t testing.TB, c redis.UniversalClient, n int64, p float64, mutate func(*Config)) (*Filter, *clock) {
+// newFilter makes a filter whose clock stands still at now (from realNow,
+// plus any offset the test chooses).
+func newFilter(t testing.TB, c redis.UniversalClient, now time.Time, n int64, p float64, mutate func(*Config)) *Filter {
 	t.Helper()
 	plan, err := NewPlan(n, p, PlanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &clock{now: t0}
-	cfg := Config{Pipeline: "test", Plan: plan, Windows: Windows{Length: 10 * time.Minute, Mode: Rolling, Grace: time.Minute}, Now: clk.Now}
+	cfg := Config{Pipeline: "test", Plan: plan, Windows: Windows{Length: 10 * time.Minute, Mode: Rolling, Grace: time.Minute},
+		Now: func() time.Time { return now }}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -40,7 +38,7 @@ func newFilter(t testing.TB, c redis.UniversalClient, n int64, p float64, mutate
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f, clk
+	return f
 }
 
 // el builds an element of topic "t".
@@ -66,9 +64,20 @@ const (
 	RD = ReplayedDuplicate
 )
 
+// The scenario table runs with the filter's clock at the real time and a
+// year ahead of it: decisions depend on the event times and the injected
+// clock, never on the date the test runs.
 func TestTestAndSetScenarios(t *testing.T) {
-	srv := redistest.Server(t)
-	c := redistest.Client(t, srv)
+	c := redistest.Client(t, redistest.Server(t))
+	for _, clock := range []struct {
+		name  string
+		ahead time.Duration
+	}{{"clock at real time", 0}, {"clock a year ahead", 365 * 24 * time.Hour}} {
+		t.Run(clock.name, func(t *testing.T) { testAndSetScenarios(t, c, realNow().Add(clock.ahead)) })
+	}
+}
+
+func testAndSetScenarios(t *testing.T, c *redis.Client, t0 time.Time) {
 	w := 10 * time.Minute
 	bucketStart := t0.Truncate(w)
 	for _, tc := range []struct {
@@ -110,7 +119,7 @@ func TestTestAndSetScenarios(t *testing.T) {
 			if err := c.FlushAll(t.Context()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			f, _ := newFilter(t, c, 10_000, 1e-6, func(cfg *Config) { cfg.Windows.Mode = tc.mode })
+			f := newFilter(t, c, t0, 10_000, 1e-6, func(cfg *Config) { cfg.Windows.Mode = tc.mode })
 			for i, b := range tc.batches {
 				if got := verdicts(t, f, b...); !same(got, tc.want[i]) {
 					t.Errorf("batch %d: %v, want %v", i, got, tc.want[i])
@@ -121,13 +130,19 @@ func TestTestAndSetScenarios(t *testing.T) {
 	}
 }
 
-// assertAllKeysExpire fails if any key in Redis has no TTL.
+// assertAllKeysExpire fails if Redis holds no key, or any key without a
+// TTL: a scan that finds nothing has checked nothing.
 func assertAllKeysExpire(t testing.TB, c redis.UniversalClient) {
 	t.Helper()
 	ctx := context.Background()
+	var mu sync.Mutex
+	seen := 0
 	check := func(ctx context.Context, node *redis.Client) error {
 		iter := node.Scan(ctx, 0, "*", 1000).Iterator()
 		for iter.Next(ctx) {
+			mu.Lock()
+			seen++
+			mu.Unlock()
 			ttl, err := node.TTL(ctx, iter.Val()).Result()
 			if err != nil {
 				return err
@@ -146,6 +161,9 @@ func assertAllKeysExpire(t testing.TB, c redis.UniversalClient) {
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+	if seen == 0 {
+		t.Fatal("no key in Redis: nothing was written, so no expiry was checked")
 	}
 }
 
@@ -189,6 +207,7 @@ func replayOf(v Verdict) Verdict {
 // give the first decisions back; a re-read that runs into new offsets
 // decides those fresh.
 func TestReplayGivesTheFirstDecisions(t *testing.T) {
+	t0 := realNow()
 	for _, topo := range []string{"standalone", "cluster"} {
 		t.Run(topo, func(t *testing.T) {
 			var c redis.UniversalClient
@@ -204,8 +223,8 @@ func TestReplayGivesTheFirstDecisions(t *testing.T) {
 				p, _ := NewPlan(20_000, 1e-6, PlanOptions{MinShards: shards})
 				cfg.Plan = p
 			}
-			a, _ := newFilter(t, c, 20_000, 1e-6, mutate)
-			b, _ := newFilter(t, c, 20_000, 1e-6, mutate) // another replica
+			a := newFilter(t, c, t0, 20_000, 1e-6, mutate)
+			b := newFilter(t, c, t0, 20_000, 1e-6, mutate) // another replica
 			es := stream(6000, 4, 7, t0)
 			first := runBatches(t, a, es[:4000], 250)
 			var firsts int
@@ -262,8 +281,9 @@ func TestReplayGivesTheFirstDecisions(t *testing.T) {
 }
 
 func TestReplayBeyondHorizonIsForwarded(t *testing.T) {
+	t0 := realNow()
 	c := redistest.Client(t, redistest.Server(t))
-	f, _ := newFilter(t, c, 10_000, 1e-6, func(cfg *Config) { cfg.ReplayHorizon = 1024 })
+	f := newFilter(t, c, t0, 10_000, 1e-6, func(cfg *Config) { cfg.ReplayHorizon = 1024 })
 	es := stream(3000, 1, 0, t0)
 	runBatches(t, f, es, 500)
 	got := verdicts(t, f, es[100], es[2500])
@@ -274,6 +294,7 @@ func TestReplayBeyondHorizonIsForwarded(t *testing.T) {
 
 // Replicas racing on the same IDs: each ID is first seen exactly once.
 func TestConcurrentReplicasAgree(t *testing.T) {
+	t0 := realNow()
 	for _, topo := range []string{"standalone", "cluster"} {
 		t.Run(topo, func(t *testing.T) {
 			var c redis.UniversalClient
@@ -287,7 +308,7 @@ func TestConcurrentReplicasAgree(t *testing.T) {
 			firsts := map[string]int{}
 			var wg sync.WaitGroup
 			for r := 0; r < replicas; r++ {
-				f, _ := newFilter(t, c, 50_000, 1e-6, func(cfg *Config) {
+				f := newFilter(t, c, t0, 50_000, 1e-6, func(cfg *Config) {
 					cfg.Pipeline = "race-" + topo
 					p, _ := NewPlan(50_000, 1e-6, PlanOptions{MinShards: 4})
 					cfg.Plan = p
@@ -333,6 +354,7 @@ func TestConcurrentReplicasAgree(t *testing.T) {
 // the design load, and with the filter overfilled six times, where the
 // formula must still hold.
 func TestMeasuredFalsePositives(t *testing.T) {
+	t0 := realNow()
 	c := redistest.Client(t, redistest.Server(t))
 	for _, tc := range []struct {
 		name       string
@@ -343,7 +365,7 @@ func TestMeasuredFalsePositives(t *testing.T) {
 		{"overfilled", 20_000, 100_000, 1e-3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, _ := newFilter(t, c, int64(tc.n), tc.p, func(cfg *Config) {
+			f := newFilter(t, c, t0, int64(tc.n), tc.p, func(cfg *Config) {
 				cfg.Windows.Mode = Fixed
 				cfg.Pipeline = strings.ReplaceAll(tc.name, " ", "-")
 			})
@@ -381,8 +403,9 @@ func TestMeasuredFalsePositives(t *testing.T) {
 }
 
 func TestStatsEstimateCount(t *testing.T) {
+	t0 := realNow()
 	c := redistest.Client(t, redistest.Server(t))
-	f, _ := newFilter(t, c, 50_000, 1e-4, func(cfg *Config) {
+	f := newFilter(t, c, t0, 50_000, 1e-4, func(cfg *Config) {
 		p, _ := NewPlan(50_000, 1e-4, PlanOptions{MinShards: 2})
 		cfg.Plan = p
 	})
@@ -409,8 +432,9 @@ func TestStatsEstimateCount(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t0 := realNow()
 	c := redistest.Client(t, redistest.Server(t))
-	f, _ := newFilter(t, c, 1000, 1e-6, nil)
+	f := newFilter(t, c, t0, 1000, 1e-6, nil)
 	for name, es := range map[string][]Element{
 		"empty ID":         {el("", 0, 0, t0)},
 		"no time":          {el("a", 0, 0, time.Time{})},
@@ -435,8 +459,9 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestPreallocateMakesFullKeysWithTTL(t *testing.T) {
+	t0 := realNow()
 	c := redistest.Client(t, redistest.Server(t))
-	f, _ := newFilter(t, c, 200_000, 1e-6, nil)
+	f := newFilter(t, c, t0, 200_000, 1e-6, nil)
 	if err := f.Preallocate(t.Context(), t0); err != nil {
 		t.Fatal(err)
 	}
@@ -464,8 +489,9 @@ func TestPreallocateMakesFullKeysWithTTL(t *testing.T) {
 }
 
 func TestCheckCapacity(t *testing.T) {
+	t0 := realNow()
 	c := redistest.Client(t, redistest.Server(t))
-	f, _ := newFilter(t, c, 1_000_000, 1e-6, nil)
+	f := newFilter(t, c, t0, 1_000_000, 1e-6, nil)
 	if err := f.CheckCapacity(t.Context()); err != nil {
 		t.Fatalf("no maxmemory: %v", err)
 	}

@@ -11,8 +11,9 @@ import (
 // and partitions; offsets not decided yet and offsets past the horizon
 // read as such.
 func TestRecordedMatchesVerdicts(t *testing.T) {
+	t0 := realNow()
 	c := redistest.Client(t, redistest.Server(t))
-	f, _ := newFilter(t, c, 20_000, 1e-6, func(cfg *Config) {
+	f := newFilter(t, c, t0, 20_000, 1e-6, func(cfg *Config) {
 		p, _ := NewPlan(20_000, 1e-6, PlanOptions{MinShards: 3})
 		cfg.Plan = p
 		cfg.ReplayHorizon = 1024

@@ -13,7 +13,7 @@ import (
 // depend on the seed only.
 func TestStream(t *testing.T) {
 	const n = 50_000
-	clock := time.Unix(1_700_000_000, 0)
+	clock := time.Now().Truncate(time.Millisecond)
 	s := NewStream(0.07, 0.01, 3, func() time.Time { clock = clock.Add(time.Millisecond); return clock })
 	again := NewStream(0.07, 0.01, 3, nil)
 	other := NewStream(0.07, 0.01, 4, nil)

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,9 @@ import (
 )
 
 func TestExtract(t *testing.T) {
-	ts := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	// Any second will do: the one the test runs in, written in each form.
+	ts := time.Now().UTC().Truncate(time.Second)
+	sec, ms, rfc := strconv.FormatInt(ts.Unix(), 10), strconv.FormatInt(ts.UnixMilli(), 10), ts.Format(time.RFC3339)
 	for _, tc := range []struct {
 		name, idField, timeField string
 		msg                      kafka.Message
@@ -18,10 +21,10 @@ func TestExtract(t *testing.T) {
 		at                       time.Time
 		err                      error
 	}{
-		{"string id, seconds", "click_id", "ts", kafka.Message{Value: []byte(`{"click_id":"c1","ts":1795255200}`)}, "c1", ts, nil},
-		{"nested id, millis", "meta.id", "ts", kafka.Message{Value: []byte(`{"meta":{"id":"m1"},"ts":1795255200000}`)}, "m1", ts, nil},
-		{"rfc3339", "id", "t", kafka.Message{Value: []byte(`{"id":"a","t":"2026-11-21T10:00:00Z"}`)}, "a", ts, nil},
-		{"numeric string time", "id", "t", kafka.Message{Value: []byte(`{"id":"a","t":"1795255200"}`)}, "a", ts, nil},
+		{"string id, seconds", "click_id", "ts", kafka.Message{Value: []byte(`{"click_id":"c1","ts":` + sec + `}`)}, "c1", ts, nil},
+		{"nested id, millis", "meta.id", "ts", kafka.Message{Value: []byte(`{"meta":{"id":"m1"},"ts":` + ms + `}`)}, "m1", ts, nil},
+		{"rfc3339", "id", "t", kafka.Message{Value: []byte(`{"id":"a","t":"` + rfc + `"}`)}, "a", ts, nil},
+		{"numeric string time", "id", "t", kafka.Message{Value: []byte(`{"id":"a","t":"` + sec + `"}`)}, "a", ts, nil},
 		{"number id keeps its text", "id", "", kafka.Message{Value: []byte(`{"id":12345}`), Time: ts}, "12345", ts, nil},
 		{"message timestamp", "id", "", kafka.Message{Value: []byte(`{"id":"a"}`), Time: ts}, "a", ts, nil},
 		{"key", "key", "", kafka.Message{Key: []byte("k1"), Value: []byte("not json"), Time: ts}, "k1", ts, nil},
@@ -67,8 +70,9 @@ func TestExtract(t *testing.T) {
 // FuzzExtract: any payload gives an ID and a time, or a reason; never a
 // panic, never an empty ID without a reason.
 func FuzzExtract(f *testing.F) {
+	now := time.Now().UTC()
 	for _, s := range []string{
-		`{"click_id":"c1","ts":1795255200}`, `{"click_id":12,"ts":"2026-11-21T10:00:00Z"}`,
+		`{"click_id":"c1","ts":` + strconv.FormatInt(now.Unix(), 10) + `}`, `{"click_id":12,"ts":"` + now.Format(time.RFC3339) + `"}`,
 		`{"click_id":null}`, `[]`, `{"click_id":"a","click_id":"b"}`, "\xff\xfe", `{"click_id":{"x":[1,2,{"y":"z"}]}}`,
 		strings.Repeat(`{"a":`, 300), `{"click_id":"\u00e9\ud800","ts":1e12}`, `{"ts":99999999999999999999}`,
 	} {
@@ -86,7 +90,8 @@ func FuzzExtract(f *testing.F) {
 
 func BenchmarkExtract(b *testing.B) {
 	e, _ := NewExtractor("click_id", "ts")
-	m := kafka.Message{Value: []byte(`{"click_id":"c-000000123456-9f3a2b1c","ts":1795255200000,"user":"u-0012345","page":"/products/04242","ref":"campaign-042","ua":"Mozilla/5.0"}`)}
+	ms := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	m := kafka.Message{Value: []byte(`{"click_id":"c-000000123456-9f3a2b1c","ts":` + ms + `,"user":"u-0012345","page":"/products/04242","ref":"campaign-042","ua":"Mozilla/5.0"}`)}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, _, err := e.Extract(&m); err != nil {
