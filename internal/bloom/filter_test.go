@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,14 +136,11 @@ func testAndSetScenarios(t *testing.T, c *redis.Client, t0 time.Time) {
 func assertAllKeysExpire(t testing.TB, c redis.UniversalClient) {
 	t.Helper()
 	ctx := context.Background()
-	var mu sync.Mutex
-	seen := 0
+	var seen atomic.Int64 // masters are scanned concurrently
 	check := func(ctx context.Context, node *redis.Client) error {
 		iter := node.Scan(ctx, 0, "*", 1000).Iterator()
 		for iter.Next(ctx) {
-			mu.Lock()
-			seen++
-			mu.Unlock()
+			seen.Add(1)
 			ttl, err := node.TTL(ctx, iter.Val()).Result()
 			if err != nil {
 				return err
@@ -162,7 +160,7 @@ func assertAllKeysExpire(t testing.TB, c redis.UniversalClient) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if seen == 0 {
+	if seen.Load() == 0 {
 		t.Fatal("no key in Redis: nothing was written, so no expiry was checked")
 	}
 }
