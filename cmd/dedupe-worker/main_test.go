@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"dedupe-worker/internal/redisproc"
-	"dedupe-worker/internal/redisproc/redistest"
+	"dedupe-worker/internal/testenv"
 )
 
 func build(t *testing.T) string {
@@ -47,7 +47,7 @@ func TestBinarySIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer broker.Close()
-	srv := redistest.Server(t)
+	srv := testenv.Redis(t)
 	httpAddr := redisproc.FreeAddr()
 
 	cmd := exec.Command(bin)

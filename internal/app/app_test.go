@@ -20,7 +20,7 @@ import (
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/redisproc"
-	"dedupe-worker/internal/redisproc/redistest"
+	"dedupe-worker/internal/testenv"
 )
 
 func get(url string) (int, string) {
@@ -42,7 +42,7 @@ func TestRunLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer broker.Close()
-	srv := redistest.Server(t)
+	srv := testenv.Redis(t)
 	cfg := config.Config{
 		Pipeline: "life", KafkaBrokers: broker.ListenAddrs(), InputTopic: "in", OutputTopic: "out", DLQTopic: "dlq",
 		GroupID: "dedupe-life", RedisAddrs: []string{srv.Addr}, IDField: "id", Window: 10 * time.Minute, WindowMode: "rolling",

@@ -24,10 +24,10 @@ import (
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/redisproc"
-	"dedupe-worker/internal/redisproc/redistest"
 	"dedupe-worker/internal/sink"
 	"dedupe-worker/internal/syncbuf"
 	"dedupe-worker/internal/testcerts"
+	"dedupe-worker/internal/testenv"
 )
 
 // password is a fresh random password, so that finding it in output
@@ -307,7 +307,7 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	certs := testcerts.New(t)
 	kafkaPass, redisPass := password(t, "kafka"), password(t, "redis")
 	k := startSecureKafka(t, tlsOf(certs, false), config.SASLPlain, "dedupe", kafkaPass)
-	srv := redistest.ServerWith(t, redisproc.Options{User: "dedupe", Password: redisPass, TLS: redisTLS(certs, "yes")})
+	srv := testenv.RedisWith(t, redisproc.Options{User: "dedupe", Password: redisPass, TLS: redisTLS(certs, "yes")})
 
 	logs, logger := newCapture(t)
 	redis.SetLogger(logs)
@@ -394,7 +394,7 @@ func TestRunSecuredSCRAM(t *testing.T) {
 				pair = tlsOf(certs, true)
 			}
 			k := startSecureKafka(t, pair, tc.mech, "dedupe", kafkaPass)
-			srv := redistest.ServerWith(t, redisproc.Options{User: "dedupe", Password: redisPass})
+			srv := testenv.RedisWith(t, redisproc.Options{User: "dedupe", Password: redisPass})
 			cfg := secureConfig(k.broker.ListenAddrs(), []string{srv.Addr})
 			if tc.tls {
 				cfg.KafkaTLSCAFile, cfg.KafkaTLSCertFile, cfg.KafkaTLSKeyFile = certs.CAFile, certs.ClientCertFile, certs.ClientKeyFile
@@ -423,8 +423,8 @@ func TestRunSecuredSCRAM(t *testing.T) {
 func TestRunRefusedCertificates(t *testing.T) {
 	certs, other := testcerts.New(t), testcerts.New(t)
 	k := startSecureKafka(t, tlsOf(certs, true), "", "", "")
-	plainRedis := redistest.Server(t)
-	tlsRedis := redistest.ServerWith(t, redisproc.Options{TLS: redisTLS(certs, "no")})
+	plainRedis := testenv.Redis(t)
+	tlsRedis := testenv.RedisWith(t, redisproc.Options{TLS: redisTLS(certs, "no")})
 	kafkaOK := func(c *config.Config) {
 		c.KafkaTLSCAFile, c.KafkaTLSCertFile, c.KafkaTLSKeyFile = certs.CAFile, certs.ClientCertFile, certs.ClientKeyFile
 	}
@@ -487,7 +487,7 @@ func TestRunRedisClusterACLTLS(t *testing.T) {
 	certs := testcerts.New(t)
 	redisPass := password(t, "redis")
 	k := startSecureKafka(t, nil, "", "", "")
-	c := redistest.ClusterWith(t, 0, redisproc.Options{User: "dedupe", Password: redisPass, TLS: redisTLS(certs, "no")})
+	c := testenv.ClusterWith(t, 0, redisproc.Options{User: "dedupe", Password: redisPass, TLS: redisTLS(certs, "no")})
 	cfg := secureConfig(k.broker.ListenAddrs(), c.Addrs())
 	cfg.Shards = 3
 	cfg.RedisUsername, cfg.RedisPassword, cfg.RedisTLSCAFile = "dedupe", config.Secret(redisPass), certs.CAFile

@@ -9,8 +9,8 @@ import (
 	"dedupe-worker/config"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/redisproc"
-	"dedupe-worker/internal/redisproc/redistest"
 	"dedupe-worker/internal/testcerts"
+	"dedupe-worker/internal/testenv"
 )
 
 // DEDUPE_REDIS_MIN_REPLICAS reaches the filter: against a server without
@@ -18,7 +18,7 @@ import (
 // with 0. The client NewRedis makes logs in and speaks TLS as configured.
 func TestNewFilterMinReplicasAndRedisClient(t *testing.T) {
 	certs := testcerts.New(t)
-	srv := redistest.ServerWith(t, redisproc.Options{User: "w", Password: "w-pw", TLS: redisTLS(certs, "no")})
+	srv := testenv.RedisWith(t, redisproc.Options{User: "w", Password: "w-pw", TLS: redisTLS(certs, "no")})
 	cfg := secureConfig([]string{"127.0.0.1:1"}, []string{srv.Addr})
 	cfg.RedisUsername, cfg.RedisPassword, cfg.RedisTLSCAFile = "w", "w-pw", certs.CAFile
 	cfg.RedisTimeout = time.Second

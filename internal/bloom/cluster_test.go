@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"dedupe-worker/internal/redisproc/redistest"
+	"dedupe-worker/internal/testenv"
 )
 
 // Moving a shard's slot to another master while batches run: calls that
@@ -19,7 +19,7 @@ import (
 func TestClusterSlotMigration(t *testing.T) {
 	t0 := realNow()
 	cl := sharedCluster(t)
-	cc := redistest.ClusterClient(t, cl)
+	cc := testenv.ClusterClient(t, cl)
 	ctx := context.Background()
 	f := newFilter(t, cc, t0, 50_000, 1e-6, func(cfg *Config) {
 		cfg.Pipeline = "migrate"

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"dedupe-worker/internal/redisproc"
-	"dedupe-worker/internal/redisproc/redistest"
+	"dedupe-worker/internal/testenv"
 )
 
 // With MinReplicas and no replica to wait for, a call fails with a clear
@@ -23,7 +23,7 @@ func TestMinReplicasWithoutReplicaFails(t *testing.T) {
 	if _, err := New(nil, Config{Pipeline: "x", MinReplicas: -1}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("negative MinReplicas: %v, want ErrInvalidConfig", err)
 	}
-	c := redistest.Client(t, redistest.Server(t))
+	c := testenv.RedisClient(t, testenv.Redis(t))
 	const timeout = 300 * time.Millisecond
 	f := newFilter(t, c, t0, 10_000, 1e-6, func(cfg *Config) {
 		cfg.MinReplicas = 1
@@ -56,10 +56,10 @@ func TestMinReplicasWithoutReplicaFails(t *testing.T) {
 // versions set it only on writes.)
 func TestMinReplicasRetryWaitsForLaggingReplica(t *testing.T) {
 	t0 := realNow()
-	master := redistest.Server(t, "--repl-diskless-sync-delay", "0")
+	master := testenv.Redis(t, "--repl-diskless-sync-delay", "0")
 	host, port, _ := net.SplitHostPort(master.Addr)
-	replica := redistest.Server(t, "--replicaof", host, port)
-	mc := redistest.Client(t, master)
+	replica := testenv.Redis(t, "--replicaof", host, port)
+	mc := testenv.RedisClient(t, master)
 	waitReplicaOnline(t, mc)
 
 	const timeout = 400 * time.Millisecond
@@ -86,7 +86,7 @@ func TestMinReplicasRetryWaitsForLaggingReplica(t *testing.T) {
 	}
 	// Fresh connections, as another replica of the worker, or a pool that
 	// dropped the first one, would use.
-	other := newFilter(t, redistest.Client(t, master), t0, 10_000, 1e-6, mutate)
+	other := newFilter(t, testenv.RedisClient(t, master), t0, 10_000, 1e-6, mutate)
 	v, err := other.TestAndSet(ctx, es[300:])
 	if !errors.Is(err, ErrTooFewReplicas) {
 		t.Fatalf("retry with the replica still stopped: verdicts %v, error %v; want ErrTooFewReplicas", v, err)
@@ -105,7 +105,7 @@ func TestMinReplicasRetryWaitsForLaggingReplica(t *testing.T) {
 		}
 	}
 	// The replica has the decisions: as a master, it would answer alike.
-	rc := redistest.Client(t, replica)
+	rc := testenv.RedisClient(t, replica)
 	if err := rc.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -159,8 +159,8 @@ func TestFailover(t *testing.T) {
 	}
 	// A node is deemed failed after 500 ms without an answer: failovers
 	// take one to two seconds.
-	cl := redistest.Cluster(t, 1, "--cluster-node-timeout", "500")
-	cc := redistest.ClusterClient(t, cl)
+	cl := testenv.Cluster(t, 1, "--cluster-node-timeout", "500")
+	cc := testenv.ClusterClient(t, cl)
 
 	t.Run("min replicas 1", func(t *testing.T) {
 		r := failover(t, cl, cc, "failover-wait", 1)
@@ -365,10 +365,10 @@ func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipe
 // trip and the sync key write.
 func BenchmarkMinReplicas(b *testing.B) {
 	t0 := realNow()
-	master := redistest.Server(b, "--repl-diskless-sync-delay", "0")
+	master := testenv.Redis(b, "--repl-diskless-sync-delay", "0")
 	host, port, _ := net.SplitHostPort(master.Addr)
-	redistest.Server(b, "--replicaof", host, port)
-	mc := redistest.Client(b, master)
+	testenv.Redis(b, "--replicaof", host, port)
+	mc := testenv.RedisClient(b, master)
 	waitReplicaOnline(b, mc)
 	for _, n := range []int{0, 1} {
 		b.Run(fmt.Sprintf("min=%d", n), func(b *testing.B) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"dedupe-worker/internal/redisproc/redistest"
+	"dedupe-worker/internal/testenv"
 )
 
 // Each fault must give a wrapped error and never a partial answer, and the
@@ -18,13 +18,13 @@ func TestFaultsThenRetry(t *testing.T) {
 	es := stream(3000, 3, 5, t0)
 	// The reference: a fault-free run.
 	ref := func() []Verdict {
-		c := redistest.Client(t, redistest.Server(t))
+		c := testenv.RedisClient(t, testenv.Redis(t))
 		f := newFilter(t, c, t0, 10_000, 1e-6, nil)
 		return runBatches(t, f, es, 500)
 	}()
 
-	srv := redistest.Server(t, "--appendonly", "yes", "--appendfsync", "always")
-	c := redistest.Client(t, srv)
+	srv := testenv.Redis(t, "--appendonly", "yes", "--appendfsync", "always")
+	c := testenv.RedisClient(t, srv)
 	f := newFilter(t, c, t0, 10_000, 1e-6, func(cfg *Config) { cfg.CallTimeout = 300 * time.Millisecond })
 	ctx := context.Background()
 	var got []Verdict

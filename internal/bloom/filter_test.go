@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"dedupe-worker/internal/redisproc/redistest"
+	"dedupe-worker/internal/testenv"
 )
 
 // realNow is a test's present: the real clock, to the second. Redis applies
@@ -69,7 +69,7 @@ const (
 // year ahead of it: decisions depend on the event times and the injected
 // clock, never on the date the test runs.
 func TestTestAndSetScenarios(t *testing.T) {
-	c := redistest.Client(t, redistest.Server(t))
+	c := testenv.RedisClient(t, testenv.Redis(t))
 	for _, clock := range []struct {
 		name  string
 		ahead time.Duration
@@ -211,9 +211,9 @@ func TestReplayGivesTheFirstDecisions(t *testing.T) {
 			var c redis.UniversalClient
 			shards := 1
 			if topo == "standalone" {
-				c = redistest.Client(t, redistest.Server(t))
+				c = testenv.RedisClient(t, testenv.Redis(t))
 			} else {
-				c = redistest.ClusterClient(t, sharedCluster(t))
+				c = testenv.ClusterClient(t, sharedCluster(t))
 				shards = 5
 			}
 			mutate := func(cfg *Config) {
@@ -280,7 +280,7 @@ func TestReplayGivesTheFirstDecisions(t *testing.T) {
 
 func TestReplayBeyondHorizonIsForwarded(t *testing.T) {
 	t0 := realNow()
-	c := redistest.Client(t, redistest.Server(t))
+	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 10_000, 1e-6, func(cfg *Config) { cfg.ReplayHorizon = 1024 })
 	es := stream(3000, 1, 0, t0)
 	runBatches(t, f, es, 500)
@@ -297,9 +297,9 @@ func TestConcurrentReplicasAgree(t *testing.T) {
 		t.Run(topo, func(t *testing.T) {
 			var c redis.UniversalClient
 			if topo == "standalone" {
-				c = redistest.Client(t, redistest.Server(t))
+				c = testenv.RedisClient(t, testenv.Redis(t))
 			} else {
-				c = redistest.ClusterClient(t, sharedCluster(t))
+				c = testenv.ClusterClient(t, sharedCluster(t))
 			}
 			const replicas, ids = 6, 3000
 			var mu sync.Mutex
@@ -353,7 +353,7 @@ func TestConcurrentReplicasAgree(t *testing.T) {
 // formula must still hold.
 func TestMeasuredFalsePositives(t *testing.T) {
 	t0 := realNow()
-	c := redistest.Client(t, redistest.Server(t))
+	c := testenv.RedisClient(t, testenv.Redis(t))
 	for _, tc := range []struct {
 		name       string
 		n, queries int
@@ -402,7 +402,7 @@ func TestMeasuredFalsePositives(t *testing.T) {
 
 func TestStatsEstimateCount(t *testing.T) {
 	t0 := realNow()
-	c := redistest.Client(t, redistest.Server(t))
+	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 50_000, 1e-4, func(cfg *Config) {
 		p, _ := NewPlan(50_000, 1e-4, PlanOptions{MinShards: 2})
 		cfg.Plan = p
@@ -431,7 +431,7 @@ func TestStatsEstimateCount(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	t0 := realNow()
-	c := redistest.Client(t, redistest.Server(t))
+	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 1000, 1e-6, nil)
 	for name, es := range map[string][]Element{
 		"empty ID":         {el("", 0, 0, t0)},
@@ -458,7 +458,7 @@ func TestBadInput(t *testing.T) {
 
 func TestPreallocateMakesFullKeysWithTTL(t *testing.T) {
 	t0 := realNow()
-	c := redistest.Client(t, redistest.Server(t))
+	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 200_000, 1e-6, nil)
 	if err := f.Preallocate(t.Context(), t0); err != nil {
 		t.Fatal(err)
@@ -488,7 +488,7 @@ func TestPreallocateMakesFullKeysWithTTL(t *testing.T) {
 
 func TestCheckCapacity(t *testing.T) {
 	t0 := realNow()
-	c := redistest.Client(t, redistest.Server(t))
+	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 1_000_000, 1e-6, nil)
 	if err := f.CheckCapacity(t.Context()); err != nil {
 		t.Fatalf("no maxmemory: %v", err)

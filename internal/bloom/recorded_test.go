@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"dedupe-worker/internal/redisproc/redistest"
+	"dedupe-worker/internal/testenv"
 )
 
 // What Recorded reads back is what TestAndSet decided, on several shards
@@ -12,7 +12,7 @@ import (
 // read as such.
 func TestRecordedMatchesVerdicts(t *testing.T) {
 	t0 := realNow()
-	c := redistest.Client(t, redistest.Server(t))
+	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 20_000, 1e-6, func(cfg *Config) {
 		p, _ := NewPlan(20_000, 1e-6, PlanOptions{MinShards: 3})
 		cfg.Plan = p

@@ -161,12 +161,13 @@ func Hostile(recs []*kgo.Record, tr *Truth, seed uint64) []*kgo.Record {
 	return append(out, add...)
 }
 
-// Produce writes recs to topic.
-func Produce(ctx context.Context, brokers []string, topic string, recs []*kgo.Record) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
+// Produce writes recs to topic; opts are further client options (TLS,
+// SASL).
+func Produce(ctx context.Context, brokers []string, topic string, recs []*kgo.Record, opts ...kgo.Opt) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
 		// Batches below a broker's default limit (1048588 bytes); a record of
 		// up to about a megabyte still fits alone.
-		kgo.ProducerBatchMaxBytes(1_040_000))
+		kgo.ProducerBatchMaxBytes(1_040_000)}, opts...)...)
 	if err != nil {
 		return err
 	}
@@ -378,9 +379,10 @@ func (t *Truth) Add(e Event) {
 }
 
 // ReadToEnd reads every record of topic up to the end offsets its
-// partitions have when it is called, or until ctx ends.
-func ReadToEnd(ctx context.Context, brokers []string, topic string) ([]*kgo.Record, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.FetchMaxBytes(64<<20))
+// partitions have when it is called, or until ctx ends; opts are further
+// client options (TLS, SASL).
+func ReadToEnd(ctx context.Context, brokers []string, topic string, opts ...kgo.Opt) ([]*kgo.Record, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.FetchMaxBytes(64 << 20)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,8 @@ import (
 
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clicktest"
-	"dedupe-worker/internal/redisproc/redistest"
 	"dedupe-worker/internal/sink"
+	"dedupe-worker/internal/testenv"
 )
 
 const (
@@ -87,7 +87,7 @@ func (r *replica) stop(t *testing.T) {
 func TestTwoReplicasEndToEnd(t *testing.T) {
 	broker := newBroker(t)
 	brokers := broker.ListenAddrs()
-	srv := redistest.Server(t)
+	srv := testenv.Redis(t)
 	recs, tr := clicktest.Generate(20_000, 0.07, 0.01, 1)
 	if err := clicktest.Produce(context.Background(), brokers, inTopic, recs); err != nil {
 		t.Fatal(err)

@@ -20,8 +20,8 @@ import (
 	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/clicktest"
 	"dedupe-worker/internal/redisproc"
-	"dedupe-worker/internal/redisproc/redistest"
 	"dedupe-worker/internal/syncbuf"
+	"dedupe-worker/internal/testenv"
 )
 
 var clickID = regexp.MustCompile(`"click_id":"(click-[0-9a-f]+-[0-9]+)"`)
@@ -109,7 +109,7 @@ func TestGenerateCount(t *testing.T) {
 	}
 	defer broker.Close()
 	brokers := broker.ListenAddrs()
-	srv := redistest.Server(t)
+	srv := testenv.Redis(t)
 	cfg := workerConfig(Options{Window: 10 * time.Minute, Expected: 100_000, P: 1e-9}, brokers, srv.Addr, redisproc.FreeAddr())
 	cfg.InputTopic, cfg.OutputTopic, cfg.DLQTopic = "in", "out", "dlq"
 	if err := cfg.Validate(); err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"dedupe-worker/internal/redisproc/redistest"
+	"dedupe-worker/internal/testenv"
 )
 
 // A Redis Cluster of three masters with one replica each loses, mid-run,
@@ -23,7 +23,7 @@ import (
 func TestRedisClusterFailover(t *testing.T) {
 	ctx := context.Background()
 	// Nodes are deemed failed after 500 ms: the failover takes 1-2 s.
-	cl := redistest.Cluster(t, 1, "--cluster-node-timeout", "500")
+	cl := testenv.Cluster(t, 1, "--cluster-node-timeout", "500")
 	r := newKafkaRig(t, 1, cl.Addrs()...)
 	r.extraEnv = append(r.extraEnv, "DEDUPE_REDIS_MIN_REPLICAS=1")
 	run(t, "redis cluster failover", r, 2, everything, func(r *rig) (int, time.Duration) {

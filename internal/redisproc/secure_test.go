@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"dedupe-worker/internal/redisproc"
-	"dedupe-worker/internal/redisproc/redistest"
 	"dedupe-worker/internal/testcerts"
+	"dedupe-worker/internal/testenv"
 )
 
 func tlsOptions(certs *testcerts.Set, authClients string) *redisproc.TLS {
@@ -21,10 +21,10 @@ func tlsOptions(certs *testcerts.Set, authClients string) *redisproc.TLS {
 // password, a wrong one, or no TLS do not.
 func TestServerWithUserAndTLS(t *testing.T) {
 	certs := testcerts.New(t)
-	s := redistest.ServerWith(t, redisproc.Options{User: "app", Password: "app-pw", TLS: tlsOptions(certs, "yes")})
+	s := testenv.RedisWith(t, redisproc.Options{User: "app", Password: "app-pw", TLS: tlsOptions(certs, "yes")})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := redistest.Client(t, s).Ping(ctx).Err(); err != nil {
+	if err := testenv.RedisClient(t, s).Ping(ctx).Err(); err != nil {
 		t.Fatalf("own options: %v", err)
 	}
 	try := func(what string, mutate func(o *redis.Options)) error {
@@ -55,8 +55,8 @@ func TestServerWithUserAndTLS(t *testing.T) {
 // only, on the bus as well.
 func TestClusterWithUserAndTLS(t *testing.T) {
 	certs := testcerts.New(t)
-	c := redistest.ClusterWith(t, 0, redisproc.Options{User: "app", Password: "app-pw", TLS: tlsOptions(certs, "no")})
-	cc := redistest.ClusterClient(t, c)
+	c := testenv.ClusterWith(t, 0, redisproc.Options{User: "app", Password: "app-pw", TLS: tlsOptions(certs, "no")})
+	cc := testenv.ClusterClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {

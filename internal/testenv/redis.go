@@ -1,6 +1,4 @@
-// Package redistest gives tests real redis-server processes on loopback,
-// stopped when the test ends.
-package redistest
+package testenv
 
 import (
 	"context"
@@ -12,15 +10,15 @@ import (
 	"dedupe-worker/internal/redisproc"
 )
 
-// Server starts a standalone redis-server for this test.
-func Server(t testing.TB, args ...string) *redisproc.Server {
+// Redis starts a standalone redis-server for this test.
+func Redis(t testing.TB, args ...string) *redisproc.Server {
 	t.Helper()
-	return ServerWith(t, redisproc.Options{}, args...)
+	return RedisWith(t, redisproc.Options{}, args...)
 }
 
-// ServerWith starts a standalone redis-server for this test that makes
+// RedisWith starts a standalone redis-server for this test that makes
 // clients log in, or speaks TLS only, or both.
-func ServerWith(t testing.TB, o redisproc.Options, args ...string) *redisproc.Server {
+func RedisWith(t testing.TB, o redisproc.Options, args ...string) *redisproc.Server {
 	t.Helper()
 	s, err := redisproc.StartWith(context.Background(), t.TempDir(), o, args...)
 	if err != nil {
@@ -42,9 +40,9 @@ func ClusterWith(t testing.TB, replicas int, o redisproc.Options, args ...string
 	return c
 }
 
-// Client is a client of s with deadlines enabled (logged in and over TLS
+// RedisClient is a client of s with deadlines enabled (logged in and over TLS
 // as s was started), closed after the test.
-func Client(t testing.TB, s *redisproc.Server) *redis.Client {
+func RedisClient(t testing.TB, s *redisproc.Server) *redis.Client {
 	t.Helper()
 	o := s.ClientOptions()
 	o.ContextTimeoutEnabled, o.ReadTimeout = true, 10*time.Second

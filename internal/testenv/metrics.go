@@ -1,0 +1,117 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Metrics are the metric families one scrape returned, by name.
+type Metrics map[string]*dto.MetricFamily
+
+// Scrape reads url (a /metrics endpoint) with the Prometheus text parser.
+// The request has a 2 s deadline.
+func Scrape(ctx context.Context, url string) (Metrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	return fams, nil
+}
+
+// Has reports whether the scrape holds a series of family name whose
+// labels include labels (name, value pairs).
+func (m Metrics) Has(name string, labels ...string) bool {
+	return len(m.series(name, labels)) > 0
+}
+
+// Value sums the series of family name whose labels include labels (name,
+// value pairs): the values of counters, gauges and untyped series, the
+// sample counts of histograms and summaries. It is 0 when there is none.
+func (m Metrics) Value(name string, labels ...string) float64 {
+	var sum float64
+	for _, s := range m.series(name, labels) {
+		switch {
+		case s.Counter != nil:
+			sum += s.Counter.GetValue()
+		case s.Gauge != nil:
+			sum += s.Gauge.GetValue()
+		case s.Untyped != nil:
+			sum += s.Untyped.GetValue()
+		case s.Histogram != nil:
+			sum += float64(s.Histogram.GetSampleCount())
+		case s.Summary != nil:
+			sum += float64(s.Summary.GetSampleCount())
+		}
+	}
+	return sum
+}
+
+// Show prints the series of the families whose names start with prefix,
+// one per line, for a failure message.
+func (m Metrics) Show(prefix string) string {
+	var lines []string
+	for name := range m {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		for _, s := range m[name].Metric {
+			var ls []string
+			for _, l := range s.Label {
+				ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			lines = append(lines, fmt.Sprintf("%s{%s} %g", name, strings.Join(ls, ","), Metrics{name: {Type: m[name].Type, Metric: []*dto.Metric{s}}}.Value(name)))
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+func (m Metrics) series(name string, labels []string) []*dto.Metric {
+	if len(labels)%2 != 0 {
+		panic("testenv: labels must come in name, value pairs")
+	}
+	f := m[name]
+	if f == nil {
+		return nil
+	}
+	var out []*dto.Metric
+next:
+	for _, s := range f.Metric {
+		for i := 0; i < len(labels); i += 2 {
+			found := false
+			for _, l := range s.Label {
+				if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}

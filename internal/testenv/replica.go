@@ -1,0 +1,146 @@
+package testenv
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+
+	"dedupe-worker/config"
+	"dedupe-worker/internal/redisproc"
+)
+
+// RunFunc runs a whole worker until ctx ends: the application's Run.
+type RunFunc func(ctx context.Context, cfg config.Config, log *zap.Logger) error
+
+// stopSlack is what a replica may take beyond its ShutdownTimeout to
+// return after its context ends: closing clients and the HTTP server.
+const stopSlack = 10 * time.Second
+
+// Replica is one worker running in the test's process.
+type Replica struct {
+	Config config.Config
+	t      testing.TB
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run has returned err
+	err    error
+}
+
+// Config is a worker's configuration for tests, on k and the Redis at
+// redisAddrs: IDs in the field "id", a 10-minute rolling window for 100,000
+// IDs at 1e-6, small batches, short timeouts and a free HTTP address.
+func Config(pipeline string, k *Kafka, in, out, dlq string, redisAddrs ...string) config.Config {
+	return config.Config{
+		Pipeline: pipeline, KafkaBrokers: k.Addrs(), InputTopic: in, OutputTopic: out, DLQTopic: dlq,
+		GroupID: "dedupe-" + pipeline, RedisAddrs: redisAddrs, IDField: "id", Window: 10 * time.Minute, WindowMode: "rolling",
+		WindowGrace: time.Minute, ExpectedPerWindow: 100_000, FalsePositiveRate: 1e-6, Shards: 1, BatchSize: 100,
+		BatchLinger: 20 * time.Millisecond, HTTPAddr: redisproc.FreeAddr(), LogLevel: "warn", RedisTimeout: 2 * time.Second,
+		KafkaTimeout: 5 * time.Second, KafkaSessionTimeout: 2 * time.Second, ShutdownTimeout: 10 * time.Second,
+	}
+}
+
+// StartReplica validates cfg and runs a worker with it until the test
+// ends or Stop. log may be nil: warnings and errors then go to the test's
+// log.
+func StartReplica(t testing.TB, cfg config.Config, run RunFunc, log *zap.Logger) *Replica {
+	t.Helper()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if log == nil {
+		log = zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Replica{Config: cfg, t: t, cancel: cancel, done: make(chan struct{})}
+	go func() { r.err = run(ctx, cfg, log); close(r.done) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(cfg.ShutdownTimeout + stopSlack):
+			t.Errorf("replica %s did not return within %v of the end of the test", cfg.HTTPAddr, cfg.ShutdownTimeout+stopSlack)
+		}
+	})
+	return r
+}
+
+// Stop cancels the replica and returns what its run returned; it fails
+// the test if that takes longer than ShutdownTimeout plus 10 s.
+func (r *Replica) Stop() error {
+	r.t.Helper()
+	r.cancel()
+	select {
+	case <-r.done:
+		return r.err
+	case <-time.After(r.Config.ShutdownTimeout + stopSlack):
+		r.t.Fatalf("replica did not return within %v of being stopped", r.Config.ShutdownTimeout+stopSlack)
+		return nil
+	}
+}
+
+// Fails waits until the replica's run returns an error by itself, and
+// returns it; it fails the test if run returns nil, does not return within
+// limit, or the replica was ready at any moment meanwhile.
+func (r *Replica) Fails(limit time.Duration) error {
+	r.t.Helper()
+	wasReady := false
+	returned := Until(limit, func() bool {
+		select {
+		case <-r.done:
+			return true
+		default:
+			wasReady = wasReady || r.Ready()
+			return false
+		}
+	})
+	switch {
+	case !returned:
+		r.t.Fatalf("run did not fail within %v", limit)
+	case r.err == nil:
+		r.t.Fatal("run returned nil; want an error")
+	case wasReady:
+		r.t.Errorf("ready before failing with %v", r.err)
+	}
+	return r.err
+}
+
+// Done is closed when the replica's run has returned; Err then says what
+// it returned.
+func (r *Replica) Done() <-chan struct{} { return r.done }
+
+// Err is what the replica's run returned, once Done is closed.
+func (r *Replica) Err() error {
+	<-r.done
+	return r.err
+}
+
+// URL is the address of the replica's HTTP endpoint path.
+func (r *Replica) URL(path string) string { return "http://" + r.Config.HTTPAddr + path }
+
+// Status is the HTTP status of GET path, 0 if the request failed.
+func (r *Replica) Status(path string) int {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(r.URL(path))
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Ready reports whether /readyz answers 200.
+func (r *Replica) Ready() bool { return r.Status("/readyz") == http.StatusOK }
+
+// Metrics scrapes the replica's /metrics, failing the test if it cannot.
+func (r *Replica) Metrics() Metrics {
+	r.t.Helper()
+	m, err := Scrape(context.Background(), r.URL("/metrics"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return m
+}
