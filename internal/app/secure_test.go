@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"dedupe-worker/config"
+	"dedupe-worker/internal/clicktest"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/sink"
 	"dedupe-worker/internal/syncbuf"
@@ -41,17 +42,12 @@ func password(t *testing.T, prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b)
 }
 
-// secureKafka is a kfake broker with TLS and/or SASL, and the options its
-// test clients need to get in.
-type secureKafka struct {
-	broker *kfake.Cluster
-	opts   []kgo.Opt
-}
-
-func startSecureKafka(t *testing.T, pair *tlsPair, mech, user, pass string) *secureKafka {
+// startSecureKafka is a kfake broker with TLS and/or SASL whose test
+// clients get in with the same settings.
+func startSecureKafka(t *testing.T, pair *tlsPair, mech, user, pass string) *testenv.Kafka {
 	t.Helper()
-	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(2, "in", "out", "dlq"), kfake.GroupMinSessionTimeout(500 * time.Millisecond)}
-	var cl []kgo.Opt
+	var opts []kfake.Opt
+	cl := []kgo.Opt{kgo.RequestRetries(3)}
 	if pair != nil {
 		opts = append(opts, kfake.TLS(pair.server))
 		cl = append(cl, kgo.DialTLSConfig(pair.client))
@@ -69,163 +65,60 @@ func startSecureKafka(t *testing.T, pair *tlsPair, mech, user, pass string) *sec
 		}
 		cl = append(cl, kgo.SASL(m))
 	}
-	broker, err := kfake.NewCluster(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Close)
-	return &secureKafka{broker: broker, opts: append(cl, kgo.SeedBrokers(broker.ListenAddrs()...), kgo.RequestRetries(3))}
+	return testenv.StartKafka(t, testenv.Topics{"in": 2, "out": 2, "dlq": 2}, opts...).WithClientOptions(cl...)
 }
 
 // tlsPair is the broker's TLS configuration and its clients'.
 type tlsPair struct{ server, client *tls.Config }
 
-func (k *secureKafka) produce(t *testing.T, recs ...*kgo.Record) {
-	t.Helper()
-	cl, err := kgo.NewClient(append(k.opts, kgo.DefaultProduceTopic("in"))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatalf("producing: %v", err)
-	}
-}
-
-// consume reads topics from the start until want records have come or
-// limit passes.
-func (k *secureKafka) consume(t *testing.T, want int, limit time.Duration, topics ...string) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(append(k.opts, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var recs []*kgo.Record
-	deadline := time.Now().Add(limit)
-	for len(recs) < want && time.Now().Before(deadline) {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		fs.EachRecord(func(r *kgo.Record) { recs = append(recs, r) })
-	}
-	return recs
-}
-
 func secureConfig(brokers, redisAddrs []string) config.Config {
-	return config.Config{
-		Pipeline: "sec", KafkaBrokers: brokers, InputTopic: "in", OutputTopic: "out", DLQTopic: "dlq",
-		GroupID: "dedupe-sec", RedisAddrs: redisAddrs, IDField: "id", Window: 10 * time.Minute, WindowMode: "rolling",
-		WindowGrace: time.Minute, ExpectedPerWindow: 100_000, FalsePositiveRate: 1e-6, Shards: 1, BatchSize: 100,
-		BatchLinger: 20 * time.Millisecond, HTTPAddr: redisproc.FreeAddr(), LogLevel: "debug", RedisTimeout: 2 * time.Second,
-		KafkaTimeout: 5 * time.Second, KafkaSessionTimeout: 2 * time.Second, ShutdownTimeout: 10 * time.Second,
-	}
+	cfg := testenv.Config("sec", brokers, redisAddrs...)
+	cfg.LogLevel = "debug"
+	return cfg
 }
 
-// running is a worker started by startRun.
-type running struct {
-	cfg    config.Config
-	cancel context.CancelFunc
-	done   chan struct{} // closed when Run has returned err
-	err    error
-}
-
-func startRun(t *testing.T, cfg config.Config, log *zap.Logger) *running {
+// unready checks for d that the worker keeps running and is never ready.
+func unready(t *testing.T, r *testenv.Replica, d time.Duration) {
 	t.Helper()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cfg: cfg, cancel: cancel, done: make(chan struct{})}
-	go func() { r.err = Run(ctx, cfg, log); close(r.done) }()
-	t.Cleanup(func() {
-		cancel()
+	testenv.Throughout(t, d, "running and unready", func() bool {
 		select {
-		case <-r.done:
-		case <-time.After(cfg.ShutdownTimeout + 10*time.Second):
+		case <-r.Done():
+			t.Fatalf("Run returned %v; want it to keep retrying", r.Err())
+		default:
 		}
+		return !r.Ready()
 	})
-	return r
-}
-
-// stop cancels the worker and returns what Run returned.
-func (r *running) stop(t *testing.T) error {
-	t.Helper()
-	r.cancel()
-	select {
-	case <-r.done:
-		return r.err
-	case <-time.After(r.cfg.ShutdownTimeout + 10*time.Second):
-		t.Fatal("Run did not return within its shutdown bound")
-		return nil
-	}
-}
-
-// failure waits for Run to return an error by itself, and checks that the
-// worker was never ready meanwhile.
-func (r *running) failure(t *testing.T, limit time.Duration) error {
-	t.Helper()
-	deadline := time.After(limit)
-	for {
-		select {
-		case <-r.done:
-			if r.err == nil {
-				t.Fatal("Run returned nil; want an error")
-			}
-			return r.err
-		case <-deadline:
-			t.Fatalf("Run did not fail within %v", limit)
-		case <-time.After(50 * time.Millisecond):
-			if c, _ := get("http://" + r.cfg.HTTPAddr + "/readyz"); c == 200 {
-				t.Fatal("ready with a wrong setting")
-			}
-		}
-	}
-}
-
-// unready checks for d that the worker stays up and is never ready.
-func (r *running) unready(t *testing.T, d time.Duration) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for time.Now().Before(end) {
-		select {
-		case <-r.done:
-			t.Fatalf("Run returned %v; want it to keep retrying", r.err)
-		case <-time.After(50 * time.Millisecond):
-		}
-		if c, _ := get("http://" + r.cfg.HTTPAddr + "/readyz"); c == 200 {
-			t.Fatal("ready with a wrong setting")
-		}
-	}
-}
-
-func (r *running) metrics() string {
-	_, body := get("http://" + r.cfg.HTTPAddr + "/metrics")
-	return body
 }
 
 // endToEnd feeds 30 events (20 distinct IDs) and a malformed one through a
 // running worker and checks what reaches the output and dead-letter
 // topics: each first-seen event once, the malformed one with its reason.
-func endToEnd(t *testing.T, k *secureKafka, r *running) {
+func endToEnd(t *testing.T, k *testenv.Kafka, r *testenv.Replica) {
 	t.Helper()
 	var recs []*kgo.Record
 	for i := 0; i < 30; i++ {
 		recs = append(recs, &kgo.Record{Value: []byte(fmt.Sprintf(`{"id":"e%d"}`, i%20))})
 	}
 	recs = append(recs, &kgo.Record{Value: []byte(`{"id": oops`)})
-	k.produce(t, recs...)
+	k.Produce("in", recs...)
 
-	out := k.consume(t, 20, 20*time.Second, "out")
+	// Every event decided and delivered, by the worker's own count; then
+	// the topics must hold exactly that.
+	var m testenv.Metrics
+	if !testenv.Until(20*time.Second, func() bool {
+		m = r.Metrics()
+		return m.Value("dedupe_events_forwarded_total") >= 20 && m.Value("dedupe_events_dead_lettered_total") >= 1 &&
+			m.Value("dedupe_verdicts_total", "verdict", "duplicate") >= 10
+	}) {
+		t.Fatalf("not all 31 events went through within 20s:\n%s", m.Show("dedupe_"))
+	}
+	if got := m.Value("dedupe_verdicts_total", "pipeline", "sec", "verdict", "duplicate"); got != 10 {
+		t.Errorf("%g duplicates decided, want 10", got)
+	}
+	out := k.Read("out")
 	ids := map[string]int{}
 	for _, rec := range out {
-		for _, h := range rec.Headers {
-			if h.Key == sink.IDHeader {
-				ids[string(h.Value)]++
-			}
-		}
+		ids[clicktest.Header(rec, sink.IDHeader)]++
 	}
 	if len(out) != 20 || len(ids) != 20 {
 		t.Fatalf("output: %d records, %d distinct IDs; want 20 and 20: %v", len(out), len(ids), ids)
@@ -235,40 +128,16 @@ func endToEnd(t *testing.T, k *secureKafka, r *running) {
 			t.Errorf("e%d forwarded %d times", i, ids[fmt.Sprintf("e%d", i)])
 		}
 	}
-	dlq := k.consume(t, 1, 10*time.Second, "dlq")
+	dlq := k.Read("dlq")
 	if len(dlq) != 1 || string(dlq[0].Value) != `{"id": oops` {
 		t.Fatalf("dead letters: %d, want the malformed event", len(dlq))
 	}
-	reason := ""
-	for _, h := range dlq[0].Headers {
-		if h.Key == sink.ErrorHeader {
-			reason = string(h.Value)
-		}
-	}
-	if reason == "" {
+	if clicktest.Header(dlq[0], sink.ErrorHeader) == "" {
 		t.Error("the dead letter has no reason header")
 	}
-	// The duplicates were decided, not lost on the way.
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(r.metrics(), `dedupe_verdicts_total{pipeline="sec",verdict="duplicate"} 10`) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no 10 duplicates in the metrics:\n%s", grepLines(r.metrics(), "dedupe_verdicts_total"))
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !r.Ready() {
+		t.Errorf("not ready after the events went through")
 	}
-	if c, _ := get("http://" + r.cfg.HTTPAddr + "/readyz"); c != 200 {
-		t.Errorf("readyz %d after the events went through", c)
-	}
-}
-
-func grepLines(text, prefix string) string {
-	var out []string
-	for _, l := range strings.Split(text, "\n") {
-		if strings.HasPrefix(l, prefix) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 func tlsOf(certs *testcerts.Set, requireClientCert bool) *tlsPair {
@@ -313,17 +182,17 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	redis.SetLogger(logs)
 	defer redis.SetLogger(stderrRedisLogger{log.New(os.Stderr, "redis: ", log.LstdFlags|log.Lshortfile)})
 
-	cfg := secureConfig(k.broker.ListenAddrs(), []string{srv.Addr})
+	cfg := secureConfig(k.Addrs(), []string{srv.Addr})
 	cfg.KafkaTLS, cfg.KafkaTLSCAFile = true, certs.CAFile
 	cfg.KafkaSASLMechanism, cfg.KafkaSASLUsername, cfg.KafkaSASLPassword = config.SASLPlain, "dedupe", config.Secret(kafkaPass)
 	cfg.RedisUsername, cfg.RedisPassword = "dedupe", config.Secret(redisPass)
 	cfg.RedisTLSCAFile, cfg.RedisTLSCertFile, cfg.RedisTLSKeyFile = certs.CAFile, certs.ClientCertFile, certs.ClientKeyFile
 
 	start := time.Now()
-	r := startRun(t, cfg, logger)
+	r := testenv.StartReplica(t, cfg, Run, logger)
 	endToEnd(t, k, r)
-	metrics := r.metrics()
-	if err := r.stop(t); err != nil {
+	_, metrics := r.Get("/metrics")
+	if err := r.Stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	t.Logf("end to end in %v", time.Since(start).Round(time.Millisecond))
@@ -332,7 +201,7 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	wrongKafka := cfg
 	wrongKafka.HTTPAddr = redisproc.FreeAddr()
 	wrongKafka.KafkaSASLPassword = config.Secret(kafkaPass + "x")
-	err := startRun(t, wrongKafka, logger).failure(t, 10*time.Second)
+	err := testenv.StartReplica(t, wrongKafka, Run, logger).Fails(10 * time.Second)
 	logger.Error("exiting", zap.Error(err)) // as the binary does
 	t.Logf("wrong Kafka password: %v", err)
 	for _, name := range []string{"DEDUPE_KAFKA_SASL_USERNAME", "DEDUPE_KAFKA_SASL_PASSWORD"} {
@@ -345,7 +214,7 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	wrongRedis := cfg
 	wrongRedis.HTTPAddr = redisproc.FreeAddr()
 	wrongRedis.RedisPassword = config.Secret(redisPass + "x")
-	err = startRun(t, wrongRedis, logger).failure(t, 10*time.Second)
+	err = testenv.StartReplica(t, wrongRedis, Run, logger).Fails(10 * time.Second)
 	logger.Error("exiting", zap.Error(err))
 	t.Logf("wrong Redis password: %v", err)
 	for _, name := range []string{"DEDUPE_REDIS_USERNAME", "DEDUPE_REDIS_PASSWORD"} {
@@ -395,7 +264,7 @@ func TestRunSecuredSCRAM(t *testing.T) {
 			}
 			k := startSecureKafka(t, pair, tc.mech, "dedupe", kafkaPass)
 			srv := testenv.RedisWith(t, redisproc.Options{User: "dedupe", Password: redisPass})
-			cfg := secureConfig(k.broker.ListenAddrs(), []string{srv.Addr})
+			cfg := secureConfig(k.Addrs(), []string{srv.Addr})
 			if tc.tls {
 				cfg.KafkaTLSCAFile, cfg.KafkaTLSCertFile, cfg.KafkaTLSKeyFile = certs.CAFile, certs.ClientCertFile, certs.ClientKeyFile
 			}
@@ -406,7 +275,7 @@ func TestRunSecuredSCRAM(t *testing.T) {
 			wrong := cfg
 			wrong.HTTPAddr = redisproc.FreeAddr()
 			wrong.KafkaSASLPassword = "not-" + config.Secret(kafkaPass)
-			err := startRun(t, wrong, zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel))).failure(t, 10*time.Second)
+			err := testenv.StartReplica(t, wrong, Run, nil).Fails(10 * time.Second)
 			t.Logf("wrong password: %v", err)
 			if !strings.Contains(err.Error(), "DEDUPE_KAFKA_SASL_PASSWORD") || strings.Contains(err.Error(), kafkaPass) {
 				t.Errorf("wrong password: %v", err)
@@ -457,21 +326,21 @@ func TestRunRefusedCertificates(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := secureConfig(k.broker.ListenAddrs(), []string{plainRedis.Addr})
+			cfg := secureConfig(k.Addrs(), []string{plainRedis.Addr})
 			cfg.RedisTimeout = 500 * time.Millisecond
 			tc.set(&cfg)
 			logs, logger := newCapture(t)
-			r := startRun(t, cfg, logger)
+			r := testenv.StartReplica(t, cfg, Run, logger)
 			if tc.fatal {
-				err := r.failure(t, 10*time.Second)
+				err := r.Fails(10 * time.Second)
 				t.Logf("%v", err)
 				if !strings.Contains(err.Error(), tc.want) {
 					t.Errorf("the error does not name %s", tc.want)
 				}
 				return
 			}
-			r.unready(t, 2*time.Second)
-			if err := r.stop(t); err != nil {
+			unready(t, r, 2*time.Second)
+			if err := r.Stop(); err != nil {
 				t.Fatalf("Run, stopped while retrying: %v", err)
 			}
 			if !strings.Contains(logs.String(), "not reachable; retrying") || !strings.Contains(logs.String(), tc.want) {
@@ -488,19 +357,19 @@ func TestRunRedisClusterACLTLS(t *testing.T) {
 	redisPass := password(t, "redis")
 	k := startSecureKafka(t, nil, "", "", "")
 	c := testenv.ClusterWith(t, 0, redisproc.Options{User: "dedupe", Password: redisPass, TLS: redisTLS(certs, "no")})
-	cfg := secureConfig(k.broker.ListenAddrs(), c.Addrs())
+	cfg := secureConfig(k.Addrs(), c.Addrs())
 	cfg.Shards = 3
 	cfg.RedisUsername, cfg.RedisPassword, cfg.RedisTLSCAFile = "dedupe", config.Secret(redisPass), certs.CAFile
 	runToEnd(t, k, cfg)
 }
 
 // runToEnd runs a worker with cfg through endToEnd and stops it.
-func runToEnd(t *testing.T, k *secureKafka, cfg config.Config) {
+func runToEnd(t *testing.T, k *testenv.Kafka, cfg config.Config) {
 	t.Helper()
 	start := time.Now()
-	r := startRun(t, cfg, zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel)))
+	r := testenv.StartReplica(t, cfg, Run, nil)
 	endToEnd(t, k, r)
-	if err := r.stop(t); err != nil {
+	if err := r.Stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	t.Logf("end to end in %v", time.Since(start).Round(time.Millisecond))

@@ -7,7 +7,7 @@ import (
 
 // Until polls cond until it returns true or limit passes, and reports
 // whether it did. The first poll is immediate; the pause between polls
-// grows from 5 ms to 100 ms.
+// grows from 5 ms to 200 ms.
 func Until(limit time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(limit)
 	pause := 5 * time.Millisecond
@@ -20,7 +20,7 @@ func Until(limit time.Duration, cond func() bool) bool {
 		}
 		t := time.NewTimer(min(pause, time.Until(deadline)))
 		<-t.C
-		pause = min(2*pause, 100*time.Millisecond)
+		pause = min(2*pause, 200*time.Millisecond)
 	}
 }
 
