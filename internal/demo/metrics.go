@@ -1,13 +1,13 @@
 package demo
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // counters are what one scrape of a worker's /metrics says.
@@ -50,7 +50,8 @@ func (c *counters) add(o counters) {
 
 var scrapeClient = &http.Client{Timeout: 2 * time.Second}
 
-// scrape reads the dedupe counters from the Prometheus text at url.
+// scrape reads the dedupe counters from the Prometheus text at url, with
+// Prometheus's own parser.
 func scrape(ctx context.Context, url string) (counters, error) {
 	c := counters{verdicts: map[string]float64{}, dead: map[string]float64{}}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -67,52 +68,30 @@ func scrape(ctx context.Context, url string) (counters, error) {
 	if resp.StatusCode != http.StatusOK {
 		return c, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "dedupe_") {
-			continue
-		}
-		name, labels, value, ok := parseSample(line)
-		if !ok {
-			continue
-		}
-		switch name {
-		case "dedupe_events_in_total":
-			c.in = value
-		case "dedupe_events_forwarded_total":
-			c.forwarded = value
-		case "dedupe_verdicts_total":
-			c.verdicts[labels["verdict"]] = value
-		case "dedupe_events_dead_lettered_total":
-			c.dead[labels["reason"]] = value
-		}
-	}
-	return c, sc.Err()
-}
-
-// parseSample reads one line of the Prometheus text format:
-// name{k="v",...} value. Label values here never hold quotes or commas.
-func parseSample(line string) (string, map[string]string, float64, bool) {
-	sp := strings.LastIndexByte(line, ' ')
-	if sp < 0 {
-		return "", nil, 0, false
-	}
-	v, err := strconv.ParseFloat(line[sp+1:], 64)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return "", nil, 0, false
+		return c, fmt.Errorf("%s: %w", url, err)
 	}
-	head := line[:sp]
-	name, rest, hasLabels := strings.Cut(head, "{")
-	labels := map[string]string{}
-	if hasLabels {
-		for _, kv := range strings.Split(strings.TrimSuffix(rest, "}"), ",") {
-			k, val, ok := strings.Cut(kv, "=")
-			if ok {
-				labels[k] = strings.Trim(val, `"`)
+	// Each counter, summed over its series, or by one label.
+	sum := func(name string) float64 {
+		var n float64
+		for _, m := range fams[name].GetMetric() {
+			n += m.GetCounter().GetValue()
+		}
+		return n
+	}
+	by := func(name, label string, into map[string]float64) {
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label {
+					into[l.GetValue()] += m.GetCounter().GetValue()
+				}
 			}
 		}
 	}
-	return name, labels, v, true
+	c.in, c.forwarded = sum("dedupe_events_in_total"), sum("dedupe_events_forwarded_total")
+	by("dedupe_verdicts_total", "verdict", c.verdicts)
+	by("dedupe_events_dead_lettered_total", "reason", c.dead)
+	return c, nil
 }
