@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"dedupe-worker/internal/redisproc"
+	"dedupe-worker/internal/syncbuf"
 	"dedupe-worker/internal/testenv"
 )
 
@@ -42,45 +42,37 @@ func baseEnv(brokers, redisAddr, httpAddr string) []string {
 // exits 0 within its shutdown bound.
 func TestBinarySIGTERM(t *testing.T) {
 	bin := build(t)
-	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in", "out", "dlq"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
+	k := testenv.StartKafka(t, testenv.Topics{"in": 2, "out": 2, "dlq": 2})
 	srv := testenv.Redis(t)
 	httpAddr := redisproc.FreeAddr()
 
 	cmd := exec.Command(bin)
-	cmd.Env = baseEnv(strings.Join(broker.ListenAddrs(), ","), srv.Addr, httpAddr)
-	var stderr bytes.Buffer
+	cmd.Env = baseEnv(strings.Join(k.Addrs(), ","), srv.Addr, httpAddr)
+	var stderr syncbuf.Buffer // read while the process writes
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
 
-	cl, _ := kgo.NewClient(kgo.SeedBrokers(broker.ListenAddrs()...), kgo.DefaultProduceTopic("in"))
-	defer cl.Close()
 	var recs []*kgo.Record
 	for i := 0; i < 500; i++ {
 		recs = append(recs, &kgo.Record{Value: []byte(fmt.Sprintf(`{"id":"x%d"}`, i%300))})
 	}
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	k.Produce("in", recs...)
+	// Ready, and all 500 events decided: SIGTERM then meets a worker that
+	// has done work, not one still starting.
+	var m testenv.Metrics
+	if !testenv.Until(30*time.Second, func() bool {
 		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never ready; stderr:\n%s", stderr.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+		resp.Body.Close()
+		m, _ = testenv.Scrape(context.Background(), "http://"+httpAddr+"/metrics")
+		return resp.StatusCode == 200 && m.Value("dedupe_verdicts_total") == 500
+	}) {
+		t.Fatalf("not ready with 500 events decided after 30s:\n%s\nstderr:\n%s", m.Show("dedupe_verdicts"), stderr.String())
 	}
 	start := time.Now()
 	cmd.Process.Signal(syscall.SIGTERM)

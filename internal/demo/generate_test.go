@@ -14,8 +14,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
 
 	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/clicktest"
@@ -61,17 +59,16 @@ func TestGenerateWaitsForKafka(t *testing.T) {
 	go func() {
 		done <- RunGenerate(ctx, []string{"-n", "400", "-rate", "2000", "-dup", "0.1", "-bad", "0.05", "-seed", "5"}, &stdout, &stderr)
 	}()
-	time.Sleep(1500 * time.Millisecond)
-	select {
-	case code := <-done:
-		t.Fatalf("generate returned %d before Kafka was up; stderr:\n%s", code, stderr.String())
-	default:
-	}
-	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(2, "in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
+	// It has tried and failed at least once, and goes on trying.
+	testenv.Eventually(t, 20*time.Second, "generate to report that it cannot produce yet", func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("generate returned %d before Kafka was up; stderr:\n%s", code, stderr.String())
+		default:
+		}
+		return strings.Contains(stderr.String(), "cannot produce to in on "+addr+" yet, retrying")
+	})
+	testenv.StartKafka(t, testenv.Topics{"in": 2}, kfake.Ports(port))
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
 	}
@@ -102,25 +99,14 @@ func TestGenerateWaitsForKafka(t *testing.T) {
 // generate -> a worker -> count, over TCP: the counter's totals are the
 // distinct valid clicks the generator made.
 func TestGenerateCount(t *testing.T) {
-	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "in", "out"), kfake.SeedTopics(1, "dlq"),
-		kfake.GroupMinSessionTimeout(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
-	brokers := broker.ListenAddrs()
+	k := testenv.StartKafka(t, testenv.Topics{"in": 4, "out": 4, "dlq": 1})
+	brokers := k.Addrs()
 	srv := testenv.Redis(t)
 	cfg := workerConfig(Options{Window: 10 * time.Minute, Expected: 100_000, P: 1e-9}, brokers, srv.Addr, redisproc.FreeAddr())
 	cfg.InputTopic, cfg.OutputTopic, cfg.DLQTopic = "in", "out", "dlq"
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	wctx, stopWorker := context.WithCancel(context.Background())
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- app.Run(wctx, cfg, zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel))) }()
+	worker := testenv.StartReplica(t, cfg, app.Run, nil)
 	defer func() {
-		stopWorker()
-		if err := <-workerDone; err != nil {
+		if err := worker.Stop(); err != nil {
 			t.Errorf("worker: %v", err)
 		}
 	}()
@@ -154,14 +140,8 @@ func TestGenerateCount(t *testing.T) {
 		}
 		return out
 	}
-	for {
-		if v := last(); v != nil && v[1] >= distinct {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("count never reached %d distinct sources; stdout:\n%s\nstderr:\n%s", distinct, cout.String(), cerr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testenv.Until(30*time.Second, func() bool { v := last(); return v != nil && v[1] >= distinct }) {
+		t.Fatalf("count never reached %d distinct sources; stdout:\n%s\nstderr:\n%s", distinct, cout.String(), cerr.String())
 	}
 	stopCount()
 	if code := <-countDone; code != 0 {
@@ -185,16 +165,7 @@ func lastLines(s string, n int) string {
 
 // count counts each dedupe-source once and the rest as replays.
 func TestCountReplays(t *testing.T) {
-	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.ListenAddrs()...), kgo.DefaultProduceTopic("out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	k := testenv.StartKafka(t, testenv.Topics{"out": 3})
 	rec := func(src, id string) *kgo.Record {
 		r := &kgo.Record{Value: []byte("{}")}
 		if src != "" {
@@ -211,11 +182,9 @@ func TestCountReplays(t *testing.T) {
 	// record without a source.
 	recs = append(recs, rec("clicks/0/0", "id-0"), rec("clicks/3/2499", "id-9999"), rec("clicks/1/1023", "id-4093"),
 		rec("no-slashes", "x"), rec("no-slashes", "x"), rec("", "y"))
+	k.Produce("out", recs...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
 	var out syncbuf.Buffer
 	cctx, stop := context.WithCancel(ctx)
 	type result struct {
@@ -224,14 +193,11 @@ func TestCountReplays(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		tot, err := Count(cctx, CountOptions{Brokers: broker.ListenAddrs(), Topic: "out", Every: 100 * time.Millisecond, Out: &out})
+		tot, err := Count(cctx, CountOptions{Brokers: k.Addrs(), Topic: "out", Every: 100 * time.Millisecond, Out: &out})
 		done <- result{tot, err}
 	}()
-	for !strings.Contains(out.String(), "records 10006,") {
-		if ctx.Err() != nil {
-			t.Fatalf("never read all records:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testenv.Until(20*time.Second, func() bool { return strings.Contains(out.String(), "records 10006,") }) {
+		t.Fatalf("never read all records:\n%s", out.String())
 	}
 	stop()
 	r := <-done

@@ -7,22 +7,17 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kfake"
 
-	"dedupe-worker/internal/clicktest"
 	"dedupe-worker/internal/sink"
+	"dedupe-worker/internal/testenv"
 )
 
 // Messages of about a megabyte each, one after another, must each go in a
 // record batch the broker accepts (its default limit is 1048588 bytes),
 // and small ones around them still share batches.
 func TestLargeMessagesFitTheBrokerLimit(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.SeedTopics(1, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	w := sink.New(sink.Config{Brokers: c.ListenAddrs(), Topic: "out", Timeout: 5 * time.Second})
+	k := testenv.StartKafka(t, testenv.Topics{"out": 1})
+	w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 5 * time.Second})
 	defer w.Close()
 	var msgs []kafka.Message
 	for i := 0; i < 3; i++ {
@@ -34,10 +29,7 @@ func TestLargeMessagesFitTheBrokerLimit(t *testing.T) {
 	if err := w.Write(ctx, msgs); err != nil {
 		t.Fatal(err)
 	}
-	got, err := clicktest.ReadAll(c.ListenAddrs(), "out")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := k.Read("out")
 	if len(got) != len(msgs) {
 		t.Fatalf("read %d messages back, wrote %d", len(got), len(msgs))
 	}
