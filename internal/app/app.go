@@ -215,7 +215,7 @@ func maintain(ctx context.Context, f *bloom.Filter, window time.Duration, g *Fil
 	tick := time.NewTicker(30 * time.Second)
 	defer tick.Stop()
 	for {
-		now := time.Now()
+		now := f.Now()
 		if err := f.Preallocate(ctx, now); err != nil && ctx.Err() == nil {
 			log.Warn("preallocating the current window", zap.Error(err))
 		}

@@ -123,7 +123,10 @@ type Config struct {
 	// fail. The client must be a *redis.Client or a *redis.ClusterClient.
 	// Default: 0 (no WAIT).
 	MinReplicas int
-	// Now is the clock. Default: time.Now.
+	// Now is the clock: every decision that depends on the present (Late,
+	// Future, the records' expiry) reads it, and so does the maintenance
+	// through Filter.Now. Tests inject one close to the real clock: Redis
+	// applies expiries with its own. Default: time.Now.
 	Now func() time.Time
 }
 
@@ -228,6 +231,10 @@ func New(client redis.UniversalClient, cfg Config) (*Filter, error) {
 
 // Plan returns the filter's sizing.
 func (f *Filter) Plan() Plan { return f.plan }
+
+// Now is the present by the filter's clock (Config.Now): what preallocation
+// and stats are computed for.
+func (f *Filter) Now() time.Time { return f.cfg.Now() }
 
 // Tag returns the layout tag that every key of this filter carries.
 func (f *Filter) Tag() string { return f.tag }
