@@ -32,6 +32,23 @@ func setEnvFile(t *testing.T, path string) map[string]string {
 		vars[k] = v
 		t.Setenv(k, v)
 	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if len(vars) == 0 {
+		t.Fatalf("%s: no VAR=value line", path)
+	}
+	return vars
+}
+
+// setValidEnvFile is setEnvFile of a file that loads as it is, so an
+// error after one change is that change's.
+func setValidEnvFile(t *testing.T, path string) map[string]string {
+	t.Helper()
+	vars := setEnvFile(t, path)
+	if _, err := Load(); err != nil {
+		t.Fatalf("%s as it is: %v", path, err)
+	}
 	return vars
 }
 
@@ -86,7 +103,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{"DEDUPE_SHARDS", "-2"},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
-			setEnvFile(t, "clicks.env")
+			setValidEnvFile(t, "clicks.env")
 			t.Setenv(tc.name, tc.value)
 			_, err := Load()
 			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.name) || strings.Contains(err.Error(), "\n") {
@@ -99,7 +116,10 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 func TestRequiredVariables(t *testing.T) {
 	for _, name := range []string{"DEDUPE_PIPELINE", "DEDUPE_KAFKA_BROKERS", "DEDUPE_INPUT_TOPIC", "DEDUPE_OUTPUT_TOPIC", "DEDUPE_DLQ_TOPIC", "DEDUPE_REDIS_ADDRS", "DEDUPE_ID_FIELD"} {
 		t.Run(name, func(t *testing.T) {
-			setEnvFile(t, "clicks.env")
+			// Unsetting what the file does not set would test nothing.
+			if _, ok := setValidEnvFile(t, "clicks.env")[name]; !ok {
+				t.Fatalf("clicks.env does not set %s", name)
+			}
 			os.Unsetenv(name)
 			_, err := Load()
 			if err == nil || !strings.Contains(err.Error(), name) {
@@ -138,6 +158,9 @@ func TestREADMETableMatchesStruct(t *testing.T) {
 			continue
 		}
 		rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = strings.TrimSpace(cells[2])
+	}
+	if len(rows) == 0 {
+		t.Fatal("README.md: no configuration table row (| `DEDUPE_...` | default | ...) found")
 	}
 	typ := reflect.TypeOf(Config{})
 	for i := 0; i < typ.NumField(); i++ {

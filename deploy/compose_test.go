@@ -126,8 +126,10 @@ func TestComposeServices(t *testing.T) {
 
 	// Every service depended on with service_healthy has a healthcheck,
 	// and every dependency exists.
+	edges, built := 0, 0
 	for name, s := range c.Services {
 		for dep, cond := range s.DependsOn {
+			edges++
 			d, ok := c.Services[dep]
 			switch {
 			case !ok:
@@ -139,6 +141,7 @@ func TestComposeServices(t *testing.T) {
 			}
 		}
 		if ourImage(s) {
+			built++
 			if s.Build.Context != "." || s.Build.Dockerfile != "Dockerfile" {
 				t.Errorf("%s: build %+v, want context . and the Dockerfile", name, *s.Build)
 			}
@@ -146,6 +149,13 @@ func TestComposeServices(t *testing.T) {
 				t.Errorf("%s: %v", name, err)
 			}
 		}
+	}
+	// Without these the checks above had nothing to look at.
+	if edges == 0 {
+		t.Error("no service has depends_on: nothing waits for kafka or redis")
+	}
+	if built == 0 {
+		t.Error("no service builds the Dockerfile")
 	}
 }
 
@@ -251,6 +261,9 @@ func composeEnv(t *testing.T, name string, s composeService) map[string]string {
 		if err != nil {
 			t.Fatalf("%s: %s: %v", name, f, err)
 		}
+		if len(vars) == 0 {
+			t.Fatalf("%s: %s sets no variable", name, f)
+		}
 		checkKnownKeys(t, f, vars)
 		for k, v := range vars {
 			env[k] = v
@@ -334,13 +347,15 @@ func TestComposeGeneratorAndCounter(t *testing.T) {
 		if !slices.Contains(known, s.Command[0]) {
 			t.Errorf("%s: %s is not a subcommand of dedupe-worker (%v)", tc.service, s.Command[0], known)
 		}
-		// Once the usage text describes the subcommand, its flags must be
+		// The usage text describes the subcommand, and its flags must be
 		// among those it names.
-		if help := subcommandHelp(t, tc.cmd); help != "" {
-			for _, arg := range s.Command[1:] {
-				if strings.HasPrefix(arg, "-") && !regexp.MustCompile(regexp.QuoteMeta(arg)+`\b`).MatchString(help) {
-					t.Errorf("%s: flag %s is not in the usage of %s: %q", tc.service, arg, tc.cmd, help)
-				}
+		help := subcommandHelp(t, tc.cmd)
+		if help == "" {
+			t.Errorf("%s: the usage text of cmd/dedupe-worker/main.go does not describe %s", tc.service, tc.cmd)
+		}
+		for _, arg := range s.Command[1:] {
+			if strings.HasPrefix(arg, "-") && !regexp.MustCompile(regexp.QuoteMeta(arg)+`\b`).MatchString(help) {
+				t.Errorf("%s: flag %s is not in the usage of %s: %q", tc.service, arg, tc.cmd, help)
 			}
 		}
 		if !s.ReadOnly {
@@ -390,6 +405,11 @@ func TestComposeTopicsCreated(t *testing.T) {
 		t.Fatal("topic auto-creation is off and no init service creates the topics")
 	}
 	for _, k := range []string{"DEDUPE_INPUT_TOPIC", "DEDUPE_OUTPUT_TOPIC", "DEDUPE_DLQ_TOPIC"} {
+		if vars[k] == "" {
+			// An empty name would match any two spaces of the script.
+			t.Errorf("config/clicks.env: %s not set", k)
+			continue
+		}
 		if !regexp.MustCompile(`(^|[\s"'])` + regexp.QuoteMeta(vars[k]) + `($|[\s;"'])`).MatchString(script) {
 			t.Errorf("the init service does not create %s %q", k, vars[k])
 		}
@@ -404,9 +424,17 @@ func TestComposeTopicsCreated(t *testing.T) {
 	if n, _ := strconv.Atoi(m[1]); n < 2 {
 		t.Errorf("--partitions %d: two workers need at least two partitions", n)
 	}
+	waiting := 0
 	for name, s := range c.Services {
-		if ourImage(s) && c.Services[name].DependsOn["kafka-init"].Condition != "service_completed_successfully" {
+		if !ourImage(s) {
+			continue
+		}
+		waiting++
+		if s.DependsOn["kafka-init"].Condition != "service_completed_successfully" {
 			t.Errorf("%s does not wait for kafka-init to complete", name)
 		}
+	}
+	if waiting == 0 {
+		t.Error("no service runs the dedupe-worker image, so none was checked to wait for kafka-init")
 	}
 }

@@ -84,24 +84,38 @@ func families(t *testing.T, what string, register func(prometheus.Registerer)) [
 		t.Fatalf("%s registered nothing", what)
 	}
 	var fams []family
+	// unlabelled are the families of the collectors without labels, which
+	// Gather shows before anything is observed.
+	unlabelled := map[string]bool{}
 	for _, col := range c.collectors {
 		var kind string
+		vec := false
 		switch col.(type) {
-		case prometheus.Histogram, *prometheus.HistogramVec:
+		case prometheus.Histogram:
 			kind = "histogram"
-		case prometheus.Summary, *prometheus.SummaryVec:
+		case *prometheus.HistogramVec:
+			kind, vec = "histogram", true
+		case prometheus.Summary:
 			kind = "summary"
-		case prometheus.Counter, *prometheus.CounterVec:
-			kind = "counter"
-		case prometheus.Gauge, *prometheus.GaugeVec:
+		case *prometheus.SummaryVec:
+			kind, vec = "summary", true
+		case prometheus.Gauge: // before Counter: a Gauge has Inc and Add too
 			kind = "gauge"
+		case *prometheus.GaugeVec:
+			kind, vec = "gauge", true
+		case prometheus.Counter:
+			kind = "counter"
+		case *prometheus.CounterVec:
+			kind, vec = "counter", true
 		default:
 			t.Fatalf("%s registered a %T: teach this test its series", what, col)
 		}
 		ch := make(chan *prometheus.Desc, 16)
 		col.Describe(ch)
 		close(ch)
+		described := 0
 		for d := range ch {
+			described++
 			m := descPattern.FindStringSubmatch(d.String())
 			if m == nil {
 				t.Fatalf("cannot read the description %s", d.String())
@@ -118,10 +132,17 @@ func families(t *testing.T, what string, register func(prometheus.Registerer)) [
 				}
 			}
 			fams = append(fams, f)
+			if !vec {
+				unlabelled[f.name] = true
+			}
+		}
+		if described == 0 {
+			t.Fatalf("%s: a %T describes no metric", what, col)
 		}
 	}
 	// Cross-check the reading of descriptions against what a Gather shows
-	// of the families that have a series without being observed.
+	// of the families that have a series without being observed: every
+	// collector without labels must be among them.
 	mfs, err := c.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -131,6 +152,10 @@ func families(t *testing.T, what string, register func(prometheus.Registerer)) [
 		if i < 0 || fams[i].kind != strings.ToLower(mf.GetType().String()) {
 			t.Fatalf("Gather shows %s (%s), not read from the descriptions as such", mf.GetName(), mf.GetType())
 		}
+		delete(unlabelled, mf.GetName())
+	}
+	if len(unlabelled) > 0 {
+		t.Fatalf("%s: Gather does not show %v, which have no labels and so a series from the start", what, sortedKeys(unlabelled))
 	}
 	return fams
 }
@@ -406,6 +431,10 @@ func checkExpr(expr string, series map[string][]string) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
+	if len(sels) == 0 {
+		// Nothing below would look at it: an empty or constant query.
+		return []string{"no metric selector"}
+	}
 	var probs []string
 	labelsHere := map[string]bool{}
 	for _, s := range sels {
@@ -471,6 +500,7 @@ func TestGrafanaDashboard(t *testing.T) {
 
 	used := map[string]bool{}
 	ids := map[int]bool{}
+	queries := 0
 	for _, p := range allPanels(d.Panels) {
 		if ids[p.ID] {
 			t.Errorf("panel id %d used twice", p.ID)
@@ -486,6 +516,7 @@ func TestGrafanaDashboard(t *testing.T) {
 			t.Errorf("panel %q: no query", p.Title)
 		}
 		for _, tg := range p.Targets {
+			queries++
 			for _, prob := range checkExpr(tg.Expr, series) {
 				t.Errorf("panel %q, query %s: %s\n  %s", p.Title, tg.RefID, prob, tg.Expr)
 			}
@@ -496,15 +527,24 @@ func TestGrafanaDashboard(t *testing.T) {
 		}
 	}
 
+	if queries == 0 {
+		t.Fatalf("%s: no panel queries found (panels %d)", dashboardFile, len(d.Panels))
+	}
+
 	// Every family the worker itself exports has a panel.
+	own := 0
 	for name := range series {
 		if !strings.HasPrefix(name, "dedupe_") {
 			continue
 		}
+		own++
 		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")
 		if !used[name] && !used[base+"_bucket"] && !used[base+"_count"] && !used[base] {
 			t.Errorf("no panel shows %s", name)
 		}
+	}
+	if own == 0 {
+		t.Errorf("no dedupe_* series among the %d registered: none was checked for a panel", len(series))
 	}
 }
 
@@ -522,6 +562,8 @@ func TestDashboardCheckFailsOnRename(t *testing.T) {
 		strings.Replace(good, "by (le)", "by (partition)", 1),
 		`max by (partition) (dedupe_consumer_lag{pipeline="$pipeline", topic="x"})`,
 		`sum(rate(dedupe_events_total{pipeline="$pipeline"}[5m]))`,
+		``,          // an empty query
+		`vector(1)`, // no metric at all
 	} {
 		if probs := checkExpr(bad, series); len(probs) == 0 {
 			t.Errorf("accepted: %s", bad)

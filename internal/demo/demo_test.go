@@ -104,6 +104,11 @@ func TestDemo(t *testing.T) {
 	// the key's own overhead, and below 16 kB jemalloc's size classes are
 	// coarser than the planner's 16-byte rounding assumes (a 15 kB shard
 	// takes 16 kB), so only an upper bound of 30% more is checked.
+	// Without a window's keys both bounds below hold for nothing (0 of 0
+	// bytes, and NaN bytes per ID).
+	if res.Plan.Shards < 1 || res.FilterKeys < res.Plan.Shards || res.FilterKeyBytes <= 0 {
+		t.Fatalf("%d filter keys of %d bytes for %d shards: want at least one window's keys", res.FilterKeys, res.FilterKeyBytes, res.Plan.Shards)
+	}
 	windows := float64(res.FilterKeys) / float64(res.Plan.Shards)
 	if got, want := float64(res.FilterKeyBytes), windows*float64(res.Plan.Memory); got < want || got > 1.3*want {
 		t.Errorf("filter keys use %.0f bytes, the plan %.0f for %.0f windows", got, want, windows)
