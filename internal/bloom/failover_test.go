@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,7 +20,7 @@ import (
 // With MinReplicas and no replica to wait for, a call fails with a clear
 // error within CallTimeout instead of hanging, and nothing else breaks.
 func TestMinReplicasWithoutReplicaFails(t *testing.T) {
-	t0 := realNow()
+	t0 := testenv.Now()
 	if _, err := New(nil, Config{Pipeline: "x", MinReplicas: -1}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("negative MinReplicas: %v, want ErrInvalidConfig", err)
 	}
@@ -55,7 +56,7 @@ func TestMinReplicasWithoutReplicaFails(t *testing.T) {
 // every command, so there this holds even without the sync key; newer
 // versions set it only on writes.)
 func TestMinReplicasRetryWaitsForLaggingReplica(t *testing.T) {
-	t0 := realNow()
+	t0 := testenv.Now()
 	master := testenv.Redis(t, "--repl-diskless-sync-delay", "0")
 	host, port, _ := net.SplitHostPort(master.Addr)
 	replica := testenv.Redis(t, "--replicaof", host, port)
@@ -129,19 +130,17 @@ func TestMinReplicasRetryWaitsForLaggingReplica(t *testing.T) {
 func waitReplicaOnline(t testing.TB, master *redis.Client) {
 	t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		info, _ := master.Info(ctx, "replication").Result()
-		if strings.Contains(info, ",state=online,") {
-			master.Set(ctx, "replica-check", 1, time.Minute)
-			if n, _ := master.Wait(ctx, 1, 100*time.Millisecond).Result(); n == 1 {
-				return
-			}
+	var info string
+	if !testenv.Until(20*time.Second, func() bool {
+		info, _ = master.Info(ctx, "replication").Result()
+		if !strings.Contains(info, ",state=online,") {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica not in sync after 20s: %s", info)
-		}
-		time.Sleep(50 * time.Millisecond)
+		master.Set(ctx, "replica-check", 1, time.Minute)
+		n, _ := master.Wait(ctx, 1, 100*time.Millisecond).Result()
+		return n == 1
+	}) {
+		t.Fatalf("replica not in sync after 20s: %s", info)
 	}
 }
 
@@ -200,14 +199,34 @@ type failoverResult struct {
 	resumed time.Duration
 }
 
+// Phases of the fault, as batches see them.
+const (
+	beforeFault = iota
+	replicaCut  // the replica is stopped and its link cut; the master is up
+	masterDown  // the master is killed, until the cluster is whole again
+	wholeAgain
+	phases
+)
+
+// lagAttempts is how many batch attempts must run on the master while its
+// replica is cut off before the master is killed.
+const lagAttempts = 2
+
 // failover runs a stream of batches through a filter with minReplicas on
 // cl, makes the replica of shard 0's master fall behind and kills that
 // master mid-stream, lets the replica take over and restarts the killed
 // node, which rejoins as a replica. It returns what went wrong: IDs first
 // seen from several sources, and replays that disagree with the first
 // answer.
+//
+// The stream and the fault wait for each other, never for time to pass:
+// batch 50 waits until the replica is cut off; the master is killed once
+// batches have run on it since and its replication offset has moved past
+// the cut, so that it has taken writes the replica never gets; batch 100
+// waits until the master is killed, and the last batch until the cluster is
+// whole again.
 func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipeline string, minReplicas int) failoverResult {
-	t0 := realNow()
+	t0 := testenv.Now()
 	ctx := context.Background()
 	f := newFilter(t, cc, t0, 200_000, 1e-6, func(cfg *Config) {
 		cfg.Pipeline = pipeline
@@ -235,8 +254,12 @@ func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipe
 	}
 
 	var r failoverResult
-	faultDone := make(chan error, 1)
-	var whole atomic.Int64 // when the cluster was whole again, Unix ns
+	var phase atomic.Int32
+	var ranIn [phases]atomic.Int64 // batch attempts that began and ended in each phase
+	var whole atomic.Int64         // when the cluster was whole again, Unix ns
+	cut, killed, faultDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var faultErr error  // what fault returned, once faultDone is closed
+	var faultLog string // what it did, once faultDone is closed
 	fault := func() error {
 		master, replicas, err := cl.Shard(ctx, f.SyncKey(0))
 		if err != nil {
@@ -257,14 +280,33 @@ func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipe
 			replica.Resume()
 			return err
 		}
-		time.Sleep(300 * time.Millisecond)
+		atCut, err := replOffset(ctx, mc)
+		if err != nil {
+			replica.Resume()
+			return err
+		}
+		phase.Store(replicaCut)
+		close(cut)
+		// Wait until it has: batches ran on the master after the cut, and
+		// its replication offset moved past the one at the cut.
+		var offset int64
+		if !testenv.Until(30*time.Second, func() bool {
+			offset, err = replOffset(ctx, mc)
+			return err == nil && offset > atCut && ranIn[replicaCut].Load() >= lagAttempts
+		}) {
+			replica.Resume()
+			return fmt.Errorf("after 30s with the replica cut off, %d batch attempts ran and master %s is at replication offset %d (%v), %d at the cut",
+				ranIn[replicaCut].Load(), master.Addr, offset, err, atCut)
+		}
 		master.Kill()
-		killed := time.Now()
+		killedAt := time.Now()
+		phase.Store(masterDown)
+		close(killed)
 		replica.Resume()
 		if err := cl.WaitHealthy(ctx, 30*time.Second); err != nil {
 			return fmt.Errorf("after killing %s: %w", master.Addr, err)
 		}
-		promoted := time.Since(killed)
+		promoted := time.Since(killedAt)
 		if now, _, err := cl.Shard(ctx, f.SyncKey(0)); err != nil || now != replica {
 			return fmt.Errorf("shard 0 is on %v (%v) after the failover, want %s", now, err, replica.Addr)
 		}
@@ -275,27 +317,53 @@ func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipe
 			return fmt.Errorf("after restarting %s: %w", master.Addr, err)
 		}
 		whole.Store(time.Now().UnixNano())
-		t.Logf("killed master %s; replica %s serves shard 0 after %v; the restarted node is its replica, in sync, after %v",
-			master.Addr, replica.Addr, promoted.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+		phase.Store(wholeAgain)
+		faultLog = fmt.Sprintf("master %s took %d bytes of writes past the cut, then was killed; replica %s serves shard 0 after %v; the restarted node is its replica, in sync, after %v",
+			master.Addr, offset-atCut, replica.Addr, promoted.Round(time.Millisecond), time.Since(killedAt).Round(time.Millisecond))
 		return nil
+	}
+
+	deadline := time.Now().Add(90 * time.Second)
+	// await waits until the fault has got as far as ch says, and fails the
+	// test if it fails or the deadline passes first.
+	await := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		timer := time.NewTimer(time.Until(deadline))
+		defer timer.Stop()
+		select {
+		case <-ch:
+		case <-faultDone:
+			if faultErr != nil {
+				t.Fatal(faultErr)
+			}
+		case <-timer.C:
+			t.Fatalf("batches still waiting for %s after 90s", what)
+		}
 	}
 
 	got := make([]Verdict, n)
 	seen := map[string]bool{}
 	var longest time.Duration
-	lastOK := time.Now()
-	deadline := time.Now().Add(90 * time.Second)
 	for i := 0; i < n; i += size {
-		if i == 50*size {
-			go func() { faultDone <- fault() }()
+		switch i {
+		case 50 * size:
+			go func() { faultErr = fault(); close(faultDone) }()
+			await(cut, "the replica to be cut off")
+		case 100 * size:
+			await(killed, "the master to be killed")
+		case n - size:
+			await(faultDone, "the cluster to be whole again")
 		}
 		batch := es[i : i+size]
-		for {
+		start := time.Now()
+		v := retryBatch(t, deadline, fmt.Sprintf("batch %d", i/size), func() ([]Verdict, error) {
+			p := phase.Load()
 			v, err := f.TestAndSet(ctx, batch)
-			if err == nil {
-				copy(got[i:], v)
-				break
+			if phase.Load() == p {
+				ranIn[p].Add(1)
 			}
+			return v, err
+		}, func(err error) {
 			if !errors.Is(err, ErrRedis) {
 				t.Fatalf("batch %d: %v, want an error wrapping ErrRedis", i/size, err)
 			}
@@ -310,26 +378,26 @@ func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipe
 				seen[kind] = true
 				t.Logf("batch %d failed, retrying: %v", i/size, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("batch %d still failing after 90s: %v", i/size, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		})
+		copy(got[i:], v)
 		if w := whole.Load(); w != 0 && r.resumed == 0 {
 			r.resumed = time.Since(time.Unix(0, w))
 		}
-		longest = max(longest, time.Since(lastOK))
-		lastOK = time.Now()
-		time.Sleep(2 * time.Millisecond)
+		longest = max(longest, time.Since(start))
 	}
-	if err := <-faultDone; err != nil {
-		t.Fatal(err)
+	// The last batch waited for the fault to end.
+	if faultErr != nil {
+		t.Fatal(faultErr)
 	}
-	if r.resumed == 0 { // the stream ended before the cluster was whole
-		r.resumed = -1
+	t.Log(faultLog)
+	if r.resumed == 0 {
+		t.Fatal("no call succeeded after the cluster was whole again")
 	}
-	t.Logf("min replicas %d: %d calls failed and were retried; longest wait for a successful call %v; first success %v after the cluster was whole",
-		minReplicas, r.failed, longest.Round(time.Millisecond), r.resumed.Round(time.Millisecond))
+	t.Logf("min replicas %d: batch attempts with the replica cut off %d, with the master down %d; %d calls failed and were retried; longest a batch took to succeed %v; first success %v after the cluster was whole",
+		minReplicas, ranIn[replicaCut].Load(), ranIn[masterDown].Load(), r.failed, longest.Round(time.Millisecond), r.resumed.Round(time.Millisecond))
+	if ranIn[masterDown].Load() == 0 {
+		t.Fatal("no batch ran while the master was down: the failover did not meet batches in flight")
+	}
 
 	// Each ID is first seen from exactly one source.
 	firsts := map[string][]Source{}
@@ -360,11 +428,21 @@ func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipe
 	return r
 }
 
+// replOffset is the master_repl_offset of the server c talks to: how far
+// its replication stream has gone.
+func replOffset(ctx context.Context, c *redis.Client) (int64, error) {
+	v, err := redisproc.InfoField(ctx, c, "replication", "master_repl_offset")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(v, 10, 64)
+}
+
 // BenchmarkMinReplicas measures what WAIT adds to a call of 500 elements
 // on a master with one replica on loopback: the master-to-replica round
 // trip and the sync key write.
 func BenchmarkMinReplicas(b *testing.B) {
-	t0 := realNow()
+	t0 := testenv.Now()
 	master := testenv.Redis(b, "--repl-diskless-sync-delay", "0")
 	host, port, _ := net.SplitHostPort(master.Addr)
 	testenv.Redis(b, "--replicaof", host, port)

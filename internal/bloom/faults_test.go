@@ -3,9 +3,12 @@ package bloom
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"dedupe-worker/internal/testenv"
 )
@@ -14,7 +17,7 @@ import (
 // same batch sent again afterwards must give the decisions a fault-free run
 // gives.
 func TestFaultsThenRetry(t *testing.T) {
-	t0 := realNow()
+	t0 := testenv.Now()
 	es := stream(3000, 3, 5, t0)
 	// The reference: a fault-free run.
 	ref := func() []Verdict {
@@ -37,13 +40,25 @@ func TestFaultsThenRetry(t *testing.T) {
 		}
 		t.Logf("%s: %v", what, err)
 	}
-	retry := func(i int) {
+	// retry sends batch i again, checks that it gives fresh decisions, or
+	// replays of the ones a failed call recorded (as want says), and keeps
+	// them as decisions.
+	const (
+		fresh = iota
+		replayed
+	)
+	retry := func(i int, want int) {
 		t.Helper()
 		v, err := f.TestAndSet(ctx, batch(i))
 		if err != nil {
 			t.Fatalf("retry of batch %d: %v", i, err)
 		}
 		for k := range v {
+			isReplay := v[k] == ReplayedFirstSeen || v[k] == ReplayedDuplicate
+			if isReplay != (want == replayed) {
+				t.Fatalf("retry of batch %d, element %d: %v; want %s", i, k, v[k], map[int]string{
+					fresh: "a fresh decision: no call applied the batch before", replayed: "a replay of the failed call's decision"}[want])
+			}
 			// A retry of a batch the failed call applied sees replays.
 			if v[k] == ReplayedFirstSeen {
 				v[k] = FirstSeen
@@ -55,33 +70,50 @@ func TestFaultsThenRetry(t *testing.T) {
 	}
 
 	// 0: nothing wrong.
-	retry(0)
+	retry(0, fresh)
 
 	// 1: the script cache is gone (as after a restart): EVALSHA gets NOSCRIPT
 	// and falls back to EVAL without an error.
-	c.ScriptFlush(ctx)
-	retry(1)
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	evals := commandCalls(t, c, "eval")
+	retry(1, fresh)
+	if n := commandCalls(t, c, "eval"); n != evals+1 {
+		t.Fatalf("EVAL ran %d times for the batch after SCRIPT FLUSH, want once (the fallback from NOSCRIPT)", n-evals)
+	}
 
-	// 2: Redis stalls (SIGSTOP): the call times out; after SIGCONT the
-	// stalled call may have run, and the retry must agree either way.
-	srv.Pause()
+	// 2: Redis stalls (SIGSTOP): the call times out. It had reached the
+	// server, which runs it after SIGCONT; the retry is sent once it has,
+	// and must replay its decisions. (Had the retry come first, it would
+	// decide afresh, and the stalled call would replay those: the retry
+	// agrees with a fault-free run either way.)
+	scripts := commandCalls(t, c, "evalsha") + commandCalls(t, c, "eval")
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	mustFail("stalled server", 2)
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("stalled call returned after %v, call timeout is 300ms", d)
 	}
-	srv.Resume()
-	time.Sleep(50 * time.Millisecond)
-	retry(2)
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the stalled call to run after SIGCONT", func() bool {
+		return commandCalls(t, c, "evalsha")+commandCalls(t, c, "eval") > scripts
+	})
+	retry(2, replayed)
 
-	// 3: out of memory: refused before anything is written.
-	c.ConfigSet(ctx, "maxmemory", "1")
+	// 3: out of memory: refused before anything is written, so the retry
+	// decides afresh.
+	configSet(t, c, "maxmemory", "1")
 	v, err := f.TestAndSet(ctx, batch(3))
 	if err == nil || !strings.Contains(err.Error(), "OOM") || v != nil {
 		t.Fatalf("over maxmemory: %v, %v", v, err)
 	}
-	c.ConfigSet(ctx, "maxmemory", "0")
-	retry(3)
+	configSet(t, c, "maxmemory", "0")
+	retry(3, fresh)
 
 	// 4: the server is down, then restarts from its append-only file.
 	srv.Stop()
@@ -89,11 +121,11 @@ func TestFaultsThenRetry(t *testing.T) {
 	if err := srv.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	retry(4)
+	retry(4, fresh)
 
 	// 5: the server is killed right after a batch: the append-only file with
 	// fsync always has it, so replaying it gives its decisions back.
-	retry(5)
+	retry(5, fresh)
 	srv.Kill()
 	if err := srv.Restart(ctx); err != nil {
 		t.Fatal(err)
@@ -116,4 +148,31 @@ func TestFaultsThenRetry(t *testing.T) {
 		}
 	}
 	assertAllKeysExpire(t, c)
+}
+
+// commandCalls is how many times the server behind c has run command
+// (INFO commandstats), 0 if never.
+func commandCalls(t testing.TB, c *redis.Client, command string) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatalf("cmdstat_%s: %v", command, err)
+				}
+				return n
+			}
+		}
+		t.Fatalf("cmdstat_%s has no calls: %s", command, line)
+	}
+	return 0
 }

@@ -16,14 +16,11 @@ import (
 	"dedupe-worker/internal/testenv"
 )
 
-// realNow is a test's present: the real clock, to the second. Redis applies
-// EXPIREAT with its own real clock, so a filter's injected clock and the
-// event times of a test start here, never at a calendar date, and may only
-// run ahead of it: a clock behind Redis's makes keys that expire at once.
-func realNow() time.Time { return time.Now().UTC().Truncate(time.Second) }
-
-// newFilter makes a filter whose clock stands still at now (from realNow,
-// plus any offset the test chooses).
+// newFilter makes a filter whose clock stands still at now: testenv.Now(),
+// plus any offset the test chooses. Redis applies EXPIREAT with its own real
+// clock, so the injected clock and the event times of a test start at the
+// real present, never at a calendar date, and may only run ahead of it: a
+// clock behind Redis's makes keys that expire at once.
 func newFilter(t testing.TB, c redis.UniversalClient, now time.Time, n int64, p float64, mutate func(*Config)) *Filter {
 	t.Helper()
 	plan, err := NewPlan(n, p, PlanOptions{})
@@ -74,7 +71,7 @@ func TestTestAndSetScenarios(t *testing.T) {
 		name  string
 		ahead time.Duration
 	}{{"clock at real time", 0}, {"clock a year ahead", 365 * 24 * time.Hour}} {
-		t.Run(clock.name, func(t *testing.T) { testAndSetScenarios(t, c, realNow().Add(clock.ahead)) })
+		t.Run(clock.name, func(t *testing.T) { testAndSetScenarios(t, c, testenv.Now().Add(clock.ahead)) })
 	}
 }
 
@@ -205,7 +202,7 @@ func replayOf(v Verdict) Verdict {
 // give the first decisions back; a re-read that runs into new offsets
 // decides those fresh.
 func TestReplayGivesTheFirstDecisions(t *testing.T) {
-	t0 := realNow()
+	t0 := testenv.Now()
 	for _, topo := range []string{"standalone", "cluster"} {
 		t.Run(topo, func(t *testing.T) {
 			var c redis.UniversalClient
@@ -279,7 +276,7 @@ func TestReplayGivesTheFirstDecisions(t *testing.T) {
 }
 
 func TestReplayBeyondHorizonIsForwarded(t *testing.T) {
-	t0 := realNow()
+	t0 := testenv.Now()
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 10_000, 1e-6, func(cfg *Config) { cfg.ReplayHorizon = 1024 })
 	es := stream(3000, 1, 0, t0)
@@ -292,7 +289,7 @@ func TestReplayBeyondHorizonIsForwarded(t *testing.T) {
 
 // Replicas racing on the same IDs: each ID is first seen exactly once.
 func TestConcurrentReplicasAgree(t *testing.T) {
-	t0 := realNow()
+	t0 := testenv.Now()
 	for _, topo := range []string{"standalone", "cluster"} {
 		t.Run(topo, func(t *testing.T) {
 			var c redis.UniversalClient
@@ -352,7 +349,7 @@ func TestConcurrentReplicasAgree(t *testing.T) {
 // the design load, and with the filter overfilled six times, where the
 // formula must still hold.
 func TestMeasuredFalsePositives(t *testing.T) {
-	t0 := realNow()
+	t0 := testenv.Now()
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	for _, tc := range []struct {
 		name       string
@@ -401,7 +398,7 @@ func TestMeasuredFalsePositives(t *testing.T) {
 }
 
 func TestStatsEstimateCount(t *testing.T) {
-	t0 := realNow()
+	t0 := testenv.Now()
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 50_000, 1e-4, func(cfg *Config) {
 		p, _ := NewPlan(50_000, 1e-4, PlanOptions{MinShards: 2})
@@ -430,7 +427,7 @@ func TestStatsEstimateCount(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	t0 := realNow()
+	t0 := testenv.Now()
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 1000, 1e-6, nil)
 	for name, es := range map[string][]Element{
@@ -445,8 +442,8 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalidElement", name, err)
 		}
 	}
-	if n, _ := c.DBSize(t.Context()).Result(); n != 0 {
-		t.Errorf("bad input wrote %d keys", n)
+	if n, err := c.DBSize(t.Context()).Result(); err != nil || n != 0 {
+		t.Errorf("bad input wrote %d keys (DBSIZE error %v)", n, err)
 	}
 	if _, err := New(c, Config{Pipeline: "bad name!", Plan: f.Plan(), Windows: Windows{Length: time.Minute}}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("bad pipeline name: %v", err)
@@ -457,19 +454,25 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestPreallocateMakesFullKeysWithTTL(t *testing.T) {
-	t0 := realNow()
+	t0 := testenv.Now()
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 200_000, 1e-6, nil)
 	if err := f.Preallocate(t.Context(), t0); err != nil {
 		t.Fatal(err)
 	}
 	key := f.FilterKey(0, f.cfg.Windows.Bucket(t0))
-	n, _ := c.StrLen(t.Context(), key).Result()
+	n, err := c.StrLen(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if uint64(n) != f.Plan().ShardBits/8 {
 		t.Errorf("preallocated %d bytes, want %d", n, f.Plan().ShardBits/8)
 	}
-	mem, _ := c.MemoryUsage(t.Context(), key).Result()
-	if uint64(mem) > f.Plan().Memory+256 {
+	mem, err := c.MemoryUsage(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem <= 0 || uint64(mem) > f.Plan().Memory+256 {
 		t.Errorf("MEMORY USAGE %d, plan says %d", mem, f.Plan().Memory)
 	}
 	verdicts(t, f, el("a", 0, 0, t0))
@@ -480,25 +483,56 @@ func TestPreallocateMakesFullKeysWithTTL(t *testing.T) {
 	if got := verdicts(t, f, el("a", 0, 1, t0)); got[0] != Duplicate {
 		t.Errorf("after preallocating again: %v", got)
 	}
-	if n2, _ := c.StrLen(t.Context(), key).Result(); n2 != n {
-		t.Errorf("key grew from %d to %d bytes", n, n2)
+	if n2, err := c.StrLen(t.Context(), key).Result(); err != nil || n2 != n {
+		t.Errorf("key grew from %d to %d bytes (STRLEN error %v)", n, n2, err)
 	}
 	assertAllKeysExpire(t, c)
 }
 
 func TestCheckCapacity(t *testing.T) {
-	t0 := realNow()
+	t0 := testenv.Now()
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 1_000_000, 1e-6, nil)
 	if err := f.CheckCapacity(t.Context()); err != nil {
 		t.Fatalf("no maxmemory: %v", err)
 	}
-	c.ConfigSet(t.Context(), "maxmemory", "10mb")
+	configSet(t, c, "maxmemory", "10mb")
 	if err := f.CheckCapacity(t.Context()); !errors.Is(err, ErrInvalidPlan) {
 		t.Fatalf("maxmemory 10mb for a %d-byte window: %v", f.Plan().Memory, err)
 	}
-	c.ConfigSet(t.Context(), "maxmemory", "1gb")
+	configSet(t, c, "maxmemory", "1gb")
 	if err := f.CheckCapacity(t.Context()); err != nil {
 		t.Fatalf("maxmemory 1gb: %v", err)
+	}
+}
+
+// configSet sets a server parameter, failing the test if the server refuses.
+func configSet(t testing.TB, c *redis.Client, param, value string) {
+	t.Helper()
+	if err := c.ConfigSet(context.Background(), param, value).Err(); err != nil {
+		t.Fatalf("CONFIG SET %s %s: %v", param, value, err)
+	}
+}
+
+// retryBatch calls call until it succeeds and returns its verdicts, as a
+// worker sends a failed batch again. Each error goes to failed, which may
+// fail the test. Between attempts it pauses 20 ms: a back-off, so that a
+// failing call is not repeated in a tight loop, not a wait for anything to
+// happen. It fails the test, naming what, if the batch still fails at
+// deadline.
+func retryBatch(t testing.TB, deadline time.Time, what string, call func() ([]Verdict, error), failed func(error)) []Verdict {
+	t.Helper()
+	for {
+		v, err := call()
+		if err == nil {
+			return v
+		}
+		if failed != nil {
+			failed(err)
+		}
+		if !time.Now().Before(deadline) {
+			t.Fatalf("%s still failing at its deadline: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

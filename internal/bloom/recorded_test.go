@@ -11,7 +11,7 @@ import (
 // and partitions; offsets not decided yet and offsets past the horizon
 // read as such.
 func TestRecordedMatchesVerdicts(t *testing.T) {
-	t0 := realNow()
+	t0 := testenv.Now()
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 20_000, 1e-6, func(cfg *Config) {
 		p, _ := NewPlan(20_000, 1e-6, PlanOptions{MinShards: 3})
