@@ -5,6 +5,7 @@ package clicktest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -173,14 +174,6 @@ func Produce(ctx context.Context, brokers []string, topic string, recs []*kgo.Re
 	}
 	defer cl.Close()
 	return cl.ProduceSync(ctx, recs...).FirstErr()
-}
-
-// ReadAll reads every record topic holds when it is called (ReadToEnd,
-// bounded by a minute).
-func ReadAll(brokers []string, topic string) ([]*kgo.Record, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	return ReadToEnd(ctx, brokers, topic)
 }
 
 // Header returns the value of header key of r.
@@ -468,4 +461,60 @@ func EndOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]in
 		return nil, fmt.Errorf("end offsets of %s: %d of %d partitions answered", topic, len(ends), len(mresp.Topics[0].Partitions))
 	}
 	return ends, nil
+}
+
+// Committed returns the offsets group has committed for the partitions of
+// topic; a partition without a commit is missing from the map, and so is
+// every partition of a group that has not committed yet.
+func Committed(ctx context.Context, cl *kgo.Client, group, topic string, partitions int32) (map[int32]int64, error) {
+	req := kmsg.NewPtrOffsetFetchRequest()
+	g := kmsg.NewOffsetFetchRequestGroup()
+	g.Group = group
+	t := kmsg.NewOffsetFetchRequestGroupTopic()
+	t.Topic = topic
+	for p := int32(0); p < partitions; p++ {
+		t.Partitions = append(t.Partitions, p)
+	}
+	g.Topics = append(g.Topics, t)
+	req.Groups = append(req.Groups, g)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("committed offsets of group %s: %w", group, err)
+	}
+	out := map[int32]int64{}
+	add := func(code int16, p int32, off int64) error {
+		if err := kerr.ErrorForCode(code); err != nil {
+			return fmt.Errorf("committed offset of %s/%d: %w", topic, p, err)
+		}
+		if off >= 0 {
+			out[p] = off
+		}
+		return nil
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, fmt.Errorf("committed offsets of group %s: %w", group, err)
+	}
+	for _, rg := range resp.Groups {
+		switch err := kerr.ErrorForCode(rg.ErrorCode); {
+		case errors.Is(err, kerr.GroupIDNotFound): // no commit yet
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("committed offsets of group %s: %w", group, err)
+		}
+		for _, rt := range rg.Topics {
+			for _, rp := range rt.Partitions {
+				if err := add(rp.ErrorCode, rp.Partition, rp.Offset); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := add(rp.ErrorCode, rp.Partition, rp.Offset); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
 }

@@ -469,7 +469,7 @@ func waitCommitted(ctx context.Context, cl *kgo.Client, partitions int32, ends m
 			return err
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		got, err := committed(cctx, cl, Group, InputTopic, partitions)
+		got, err := clicktest.Committed(cctx, cl, Group, InputTopic, partitions)
 		cancel()
 		if err == nil {
 			var sum int64
