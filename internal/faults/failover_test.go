@@ -2,11 +2,12 @@ package faults
 
 import (
 	"context"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/testenv"
 )
 
@@ -26,8 +27,12 @@ func TestRedisClusterFailover(t *testing.T) {
 	cl := testenv.Cluster(t, 1, "--cluster-node-timeout", "500")
 	r := newKafkaRig(t, 1, cl.Addrs()...)
 	r.extraEnv = append(r.extraEnv, "DEDUPE_REDIS_MIN_REPLICAS=1")
-	run(t, "redis cluster failover", r, 2, everything, func(r *rig) (int, time.Duration) {
-		time.Sleep(1 * time.Second)
+	// The last tenth of the input arrives during the outage, so that there
+	// is input to decide when it ends.
+	chunk := events / 10
+	run(t, "redis cluster failover", r, 2, events-chunk, func(r *rig) (int, time.Duration) {
+		// The failover is to meet decisions in flight.
+		r.waitRead(10_000)
 		// One shard (the default): every key of the pipeline carries the
 		// hash tag {faults:0}.
 		master, replicas, err := cl.Shard(ctx, "{faults:0}")
@@ -38,8 +43,7 @@ func TestRedisClusterFailover(t *testing.T) {
 			t.Fatalf("master %s has %d replicas, want 1", master.Addr, len(replicas))
 		}
 		replica := replicas[0]
-		mc := redis.NewClient(&redis.Options{Addr: master.Addr})
-		defer mc.Close()
+		mc := testenv.RedisClient(t, master)
 		// The workers wait for replicas: each call writes its shard's sync
 		// key after the script.
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -48,6 +52,18 @@ func TestRedisClusterFailover(t *testing.T) {
 		if err != nil || len(keys) == 0 {
 			t.Fatalf("no sync key on %s (%v): the workers do not wait for replicas", master.Addr, err)
 		}
+		// replOffset is the master's replication offset, which every write
+		// it applies moves, whether a replica gets it or not.
+		replOffset := func() int64 {
+			ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			v, err := redisproc.InfoField(ictx, mc, "replication", "master_repl_offset")
+			if err != nil {
+				return -1
+			}
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
 
 		if err := replica.Pause(); err != nil {
 			t.Fatal(err)
@@ -55,28 +71,36 @@ func TestRedisClusterFailover(t *testing.T) {
 		kctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err = mc.Do(kctx, "CLIENT", "KILL", "TYPE", "replica").Err()
 		cancel()
-		if err != nil {
+		cut := replOffset()
+		if err != nil || cut < 0 {
 			replica.Resume()
-			t.Fatal(err)
+			t.Fatalf("cutting the replica's link: %v (replication offset %d)", err, cut)
 		}
-		time.Sleep(300 * time.Millisecond)
+		// The workers' calls go on writing to the master (their WAIT then
+		// fails): once it has applied some, it holds writes its replica
+		// will never get.
+		if !testenv.Until(10*time.Second, func() bool { return replOffset() > cut }) {
+			replica.Resume()
+			t.Fatalf("the master applied no write within 10s of its replica's link being cut (offset %d)", cut)
+		}
 		master.Kill()
 		killed := time.Now()
 		replica.Resume()
 		// From the moment the replica's link was cut no call could succeed:
 		// the next decision, whenever it comes, ends the outage.
+		r.tries++
 		before := decided(r)
 		resumed := make(chan time.Duration, 1)
+		var ended atomic.Bool // the scenario returned (or failed): stop looking
+		defer ended.Store(true)
 		go func() {
-			for time.Since(killed) < 60*time.Second {
-				if decided(r) > before {
-					resumed <- time.Since(killed)
-					return
-				}
-				time.Sleep(20 * time.Millisecond)
+			if testenv.Until(60*time.Second, func() bool { return ended.Load() || decided(r) > before }) && !ended.Load() {
+				resumed <- time.Since(killed)
+				return
 			}
 			resumed <- -1
 		}()
+		r.feed(len(r.pending))
 
 		if err := cl.WaitHealthy(ctx, 30*time.Second); err != nil {
 			t.Fatal(err)
@@ -94,7 +118,8 @@ func TestRedisClusterFailover(t *testing.T) {
 		whole := time.Since(killed)
 		recovery := <-resumed
 		if recovery < 0 {
-			t.Fatalf("no decision within 60s of killing the master")
+			n, err := r.uncommitted()
+			t.Fatalf("no decision within 60s of killing the master, with %d input records not committed (%v)", n, err)
 		}
 		t.Logf("killed master %s: replica %s promoted after %v, the old master in sync as its replica after %v, workers deciding again after %v",
 			master.Addr, replica.Addr, promoted.Round(time.Millisecond), whole.Round(time.Millisecond), recovery.Round(time.Millisecond))
@@ -103,11 +128,11 @@ func TestRedisClusterFailover(t *testing.T) {
 	})
 }
 
-// decided is the sum of dedupe_verdicts_total over the live workers.
+// decided is dedupe_verdicts_total summed over the live workers.
 func decided(r *rig) float64 {
 	var sum float64
-	for _, v := range r.metric("dedupe_verdicts_total{") {
-		sum += v
+	for _, m := range r.metrics() {
+		sum += m.Value("dedupe_verdicts_total")
 	}
 	return sum
 }

@@ -5,12 +5,12 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +31,7 @@ import (
 	"dedupe-worker/internal/clicktest"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/syncbuf"
+	"dedupe-worker/internal/testenv"
 )
 
 var bin string
@@ -62,7 +63,8 @@ func addRow(format string, a ...any) {
 	tableMu.Lock()
 	defer tableMu.Unlock()
 	if len(table) == 0 {
-		table = append(table, fmt.Sprintf("%-22s %8s %8s %6s %10s %8s %10s %9s %8s %s", "scenario", "events", "distinct", "lost", "dups pass", "replays", "DLQ miss", "faults", "peak MB", "recovery (max)"))
+		table = append(table, fmt.Sprintf("%-22s %8s %8s %6s %10s %8s %10s %9s %10s %8s %s", "scenario", "events", "distinct", "lost", "dups pass", "replays",
+			"DLQ miss", "faults", "recoveries", "peak MB", "recovery (max)"))
 	}
 	table = append(table, fmt.Sprintf(format, a...))
 }
@@ -71,15 +73,20 @@ const (
 	inTopic  = "clicks"
 	outTopic = "clicks-out"
 	dlqTopic = "clicks-dlq"
+	// group is the workers' consumer group (DEDUPE_PIPELINE=faults).
+	group = "dedupe-faults"
+	// events is how many click events each scenario generates (Generate
+	// adds a few unusual ones, and the hostile scenario its records).
+	events = 200_000
 )
 
 // rig is one run: a broker, a Redis (a standalone server, or the seed
 // addresses of a Cluster), worker processes.
 type rig struct {
-	t       *testing.T
-	broker  *kfake.Cluster
-	brokers []string
-	redis   *redisproc.Server // nil for a Cluster
+	t     *testing.T
+	k     *testenv.Kafka
+	admin *kgo.Client       // reads offsets for the test
+	redis *redisproc.Server // nil for a Cluster
 	// redisAddrs and extraEnv go to every worker.
 	redisAddrs []string
 	extraEnv   []string
@@ -90,8 +97,12 @@ type rig struct {
 	all     []*kgo.Record // the whole input
 	mu      sync.Mutex
 	workers map[int]*worker
-	// recoveries are what recovered measured, in order.
+	// recoveries are the recoveries measured, in order; tries counts the
+	// faults after which one was to be measured.
 	recoveries []time.Duration
+	tries      int
+	// lastRead is when usedUp last read the output topics.
+	lastRead time.Time
 }
 
 type worker struct {
@@ -105,11 +116,7 @@ func newRig(t *testing.T, redisArgs ...string) *rig { return newRigBrokers(t, 1,
 
 func newRigBrokers(t *testing.T, brokers int, redisArgs ...string) *rig {
 	t.Helper()
-	srv, err := redisproc.StartTemp(context.Background(), redisArgs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
+	srv := testenv.Redis(t, redisArgs...)
 	r := newKafkaRig(t, brokers, srv.Addr)
 	r.redis = srv
 	return r
@@ -118,13 +125,13 @@ func newRigBrokers(t *testing.T, brokers int, redisArgs ...string) *rig {
 // newKafkaRig starts the broker; the workers use the Redis at redisAddrs.
 func newKafkaRig(t *testing.T, brokers int, redisAddrs ...string) *rig {
 	t.Helper()
-	broker, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.SeedTopics(6, inTopic, outTopic), kfake.SeedTopics(1, dlqTopic),
-		kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	k := testenv.StartKafka(t, testenv.Topics{inTopic: 6, outTopic: 6, dlqTopic: 1}, kfake.NumBrokers(brokers))
+	admin, err := kgo.NewClient(k.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(broker.Close)
-	r := &rig{t: t, broker: broker, brokers: broker.ListenAddrs(), redisAddrs: redisAddrs, workers: map[int]*worker{}}
+	t.Cleanup(admin.Close)
+	r := &rig{t: t, k: k, admin: admin, redisAddrs: redisAddrs, workers: map[int]*worker{}}
 	t.Cleanup(func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -144,7 +151,7 @@ func (r *rig) start(i int) {
 	w := &worker{http: redisproc.FreeAddr(), stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	w.cmd = exec.Command(bin)
 	w.cmd.Env = append(os.Environ(),
-		"DEDUPE_PIPELINE=faults", "DEDUPE_KAFKA_BROKERS="+strings.Join(r.brokers, ","), "DEDUPE_INPUT_TOPIC="+inTopic,
+		"DEDUPE_PIPELINE=faults", "DEDUPE_KAFKA_BROKERS="+strings.Join(r.k.Addrs(), ","), "DEDUPE_INPUT_TOPIC="+inTopic,
 		"DEDUPE_OUTPUT_TOPIC="+outTopic, "DEDUPE_DLQ_TOPIC="+dlqTopic, "DEDUPE_REDIS_ADDRS="+strings.Join(r.redisAddrs, ","),
 		"DEDUPE_ID_FIELD=click_id", "DEDUPE_TIME_FIELD=ts",
 		// Expected false positives far below one: 200k IDs in a filter for 2M at 1e-9.
@@ -206,107 +213,131 @@ func (r *rig) ready(i int) bool {
 	return resp.StatusCode == 200
 }
 
-// eventsIn reads dedupe_events_in_total of every live worker.
-func (r *rig) eventsIn() map[int]float64 { return r.metric("dedupe_events_in_total") }
+// waitReady waits until worker i is ready.
+func (r *rig) waitReady(i int) {
+	r.t.Helper()
+	testenv.Eventually(r.t, 30*time.Second, fmt.Sprintf("worker %d to be ready", i), func() bool { return r.ready(i) })
+}
 
-// metricLines are the lines of each live worker's /metrics that start
-// with prefix.
-func (r *rig) metricLines(prefix string) map[int][]string {
+// hold lets time pass for the fault in progress: d is how long the fault
+// lasts, or, before a kill, how far its moment moves at random. It waits
+// for nothing; what the tests wait for, they observe.
+func hold(d time.Duration) { time.Sleep(d) }
+
+// metrics scrapes every live worker's /metrics; a worker that does not
+// answer is left out.
+func (r *rig) metrics() map[int]testenv.Metrics {
 	r.mu.Lock()
 	addrs := map[int]string{}
 	for i, w := range r.workers {
 		addrs[i] = w.http
 	}
 	r.mu.Unlock()
-	out := map[int][]string{}
-	c := http.Client{Timeout: 500 * time.Millisecond}
+	out := map[int]testenv.Metrics{}
 	for i, a := range addrs {
-		resp, err := c.Get("http://" + a + "/metrics")
-		if err != nil {
-			continue
-		}
-		var b bytes.Buffer
-		b.ReadFrom(resp.Body)
-		resp.Body.Close()
-		for _, line := range strings.Split(b.String(), "\n") {
-			if strings.HasPrefix(line, prefix) {
-				out[i] = append(out[i], line)
-			}
+		if m, err := testenv.Scrape(context.Background(), "http://"+a+"/metrics"); err == nil {
+			out[i] = m
 		}
 	}
 	return out
 }
 
-// metric sums, per live worker, the series whose lines start with prefix.
-func (r *rig) metric(prefix string) map[int]float64 {
+// eventsIn is dedupe_events_in_total of every live worker that answers.
+func (r *rig) eventsIn() map[int]float64 {
 	out := map[int]float64{}
-	for i, lines := range r.metricLines(prefix) {
-		for _, line := range lines {
-			v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-			out[i] += v
-		}
+	for i, m := range r.metrics() {
+		out[i] = m.Value("dedupe_events_in_total")
 	}
 	return out
+}
+
+// readTotal is dedupe_events_in_total summed over the live workers.
+func (r *rig) readTotal() float64 {
+	var sum float64
+	for _, v := range r.eventsIn() {
+		sum += v
+	}
+	return sum
+}
+
+// waitRead waits until the live workers have read n input records in all,
+// so that a fault started then meets work in flight.
+func (r *rig) waitRead(n float64) {
+	r.t.Helper()
+	testenv.Eventually(r.t, 30*time.Second, fmt.Sprintf("the workers to read %.0f input records", n), func() bool { return r.readTotal() >= n })
+}
+
+// readMore reports whether some live worker has read more input than
+// before holds for it.
+func (r *rig) readMore(before map[int]float64) bool {
+	for i, v := range r.eventsIn() {
+		if v > before[i] {
+			return true
+		}
+	}
+	return false
 }
 
 // recovered waits until some live worker has read more input than at the
 // call, and returns how long that took: the time to recover from a fault.
-// It returns 0 early when the input is used up (no progress is possible).
+// Every scenario leaves input for after its fault, so that there is
+// something to read. If the workers have decided all the input produced
+// so far without reading more, no recovery was measured, and the test
+// fails; so it does if nothing is read within limit.
 func (r *rig) recovered(limit time.Duration) time.Duration {
-	d := r.recoveredWithin(limit)
-	r.recoveries = append(r.recoveries, d.Round(time.Millisecond))
-	return d
-}
-
-func (r *rig) recoveredWithin(limit time.Duration) time.Duration {
+	r.t.Helper()
+	r.tries++
 	start := time.Now()
 	before := r.eventsIn()
-	lastCheck := start
-	for time.Since(start) < limit {
-		time.Sleep(20 * time.Millisecond)
-		for i, v := range r.eventsIn() {
-			if v > before[i] {
-				return time.Since(start)
-			}
+	var progressed, usedUp bool
+	checked := start
+	testenv.Until(limit, func() bool {
+		progressed = r.readMore(before)
+		// Whether the input is used up takes a few requests to the broker:
+		// it is asked once a second.
+		if !progressed && time.Since(checked) >= time.Second {
+			checked = time.Now()
+			usedUp = r.usedUp()
+			// The last of it may have been read between the two looks.
+			progressed = r.readMore(before)
 		}
-		if time.Since(lastCheck) > 2*time.Second {
-			lastCheck = time.Now()
-			if r.exhausted() {
-				return 0
-			}
-		}
+		return progressed || usedUp
+	})
+	d := time.Since(start)
+	switch {
+	case progressed:
+		r.recoveries = append(r.recoveries, d.Round(time.Millisecond))
+		return d
+	case usedUp:
+		r.t.Errorf("the input was used up %v after a fault, before any worker read again: no recovery was measured (the scenario must leave input for after its fault)",
+			d.Round(time.Millisecond))
+		return 0
 	}
 	r.t.Errorf("no progress within %v of a fault", limit)
 	// What the workers report, and which inputs are not in the output yet.
-	{
-		for i, lines := range r.metricLines("dedupe_") {
-			for _, line := range lines {
-				if strings.HasPrefix(line, "dedupe_consumer_lag") || strings.HasPrefix(line, "dedupe_events_in_total") {
-					r.t.Logf("worker %d: %s", i, line)
-				}
-			}
+	for i, m := range r.metrics() {
+		r.t.Logf("worker %d:\n%s\n%s", i, m.Show("dedupe_events_in_total"), m.Show("dedupe_consumer_lag"))
+	}
+	if n, err := r.uncommitted(); err == nil {
+		r.t.Logf("%d input records produced and not committed", n)
+	}
+	out, dead := r.k.Read(outTopic), r.k.Read(dlqTopic)
+	r.t.Logf("output %d distinct sources of %d valid IDs, DLQ %d of %d", clicktest.DistinctSources(out), len(r.truth.Valid), clicktest.DistinctSources(dead), r.truth.Malformed)
+	got := map[string]bool{}
+	for _, rec := range out {
+		got[clicktest.Header(rec, clicktest.IDHeader)] = true
+	}
+	shown := 0
+	for k, rec := range r.all {
+		var v struct {
+			ID string `json:"click_id"`
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		out, _ := clicktest.ReadToEnd(ctx, r.brokers, outTopic)
-		dead, _ := clicktest.ReadToEnd(ctx, r.brokers, dlqTopic)
-		cancel()
-		r.t.Logf("output %d distinct sources of %d valid IDs, DLQ %d of %d", clicktest.DistinctSources(out), len(r.truth.Valid), clicktest.DistinctSources(dead), r.truth.Malformed)
-		got := map[string]bool{}
-		for _, rec := range out {
-			got[clicktest.Header(rec, clicktest.IDHeader)] = true
-		}
-		shown := 0
-		for k, rec := range r.all {
-			var v struct {
-				ID string `json:"click_id"`
+		if json.Unmarshal(rec.Value, &v) == nil && v.ID != "" && r.truth.Valid[v.ID] && !got[v.ID] {
+			if shown++; shown > 20 {
+				break
 			}
-			if json.Unmarshal(rec.Value, &v) == nil && v.ID != "" && r.truth.Valid[v.ID] && !got[v.ID] {
-				if shown++; shown > 20 {
-					break
-				}
-				produced := k < len(r.all)-len(r.pending)
-				r.t.Logf("not in the output: %s (input partition %d offset %d, produced %v)", v.ID, rec.Partition, rec.Offset, produced)
-			}
+			produced := k < len(r.all)-len(r.pending)
+			r.t.Logf("not in the output: %s (input partition %d offset %d, produced %v)", v.ID, rec.Partition, rec.Offset, produced)
 		}
 	}
 	r.mu.Lock()
@@ -318,74 +349,77 @@ func (r *rig) recoveredWithin(limit time.Duration) time.Duration {
 	return limit
 }
 
+// uncommitted is how many input records the workers' group has not
+// committed: per partition, the end offset less the committed one. A
+// worker commits a batch once its output and dead letters are
+// acknowledged, so 0 means that all the input produced is decided.
+func (r *rig) uncommitted() (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ends, err := clicktest.EndOffsets(ctx, r.admin, inTopic)
+	if err != nil {
+		return 0, err
+	}
+	committed, err := clicktest.Committed(ctx, r.admin, group, inTopic, int32(len(ends)))
+	if err != nil {
+		return 0, err
+	}
+	var left int64
+	for p, end := range ends {
+		left += end - max(committed[p], 0)
+	}
+	return left, nil
+}
+
+// usedUp reports whether the workers have decided all the input produced
+// so far: their group has committed all of it. A commit refused after its
+// batch was delivered can leave a partition's offset behind for good,
+// though; so once the whole input is produced, the output and dead-letter
+// topics are read as well, at most every 2 s (reading them is not cheap).
+func (r *rig) usedUp() bool {
+	if n, err := r.uncommitted(); err == nil && n == 0 {
+		return true
+	}
+	if len(r.pending) > 0 || time.Since(r.lastRead) < 2*time.Second {
+		return false
+	}
+	r.lastRead = time.Now()
+	return r.exhausted()
+}
+
 // exhausted reports whether the output and dead-letter topics already
 // account for the whole input. It reads each topic up to its current end:
 // a snapshot cut off by a time limit once read part of a loaded topic and
 // took finished work for a stall.
 func (r *rig) exhausted() bool {
-	snap := func(topic string) int {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		rs, err := clicktest.ReadToEnd(ctx, r.brokers, topic)
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		return clicktest.DistinctSources(rs)
-	}
-	return snap(outTopic) >= len(r.truth.Valid) && snap(dlqTopic) >= r.truth.Malformed
+	return clicktest.DistinctSources(r.k.Read(outTopic)) >= len(r.truth.Valid) && clicktest.DistinctSources(r.k.Read(dlqTopic)) >= r.truth.Malformed
 }
 
-// waitReady waits until worker i is ready and returns how long it took.
-func (r *rig) waitReady(i int, limit time.Duration) time.Duration {
-	start := time.Now()
-	for !r.ready(i) {
-		if time.Since(start) > limit {
-			r.t.Errorf("worker %d not ready after %v", i, limit)
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
-func (r *rig) read(topic string) []*kgo.Record {
-	rs, err := clicktest.ReadAll(r.brokers, topic)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return rs
-}
-
-// waitDecided waits until the output and dead-letter topics account for
-// every input record, or limit passes.
-func (r *rig) waitDecided(limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) && !r.exhausted() {
-		time.Sleep(300 * time.Millisecond)
-	}
-}
+// waitDecided waits until the workers have decided the whole input, or
+// limit passes (the check that follows then says what is missing).
+func (r *rig) waitDecided(limit time.Duration) { testenv.Until(limit, r.usedUp) }
 
 // feed produces the next n records of the input (all that is left if n
 // is larger).
 func (r *rig) feed(n int) {
+	r.t.Helper()
 	n = min(n, len(r.pending))
-	if err := clicktest.Produce(context.Background(), r.brokers, inTopic, r.pending[:n]); err != nil {
-		r.t.Fatal(err)
-	}
+	r.k.Produce(inTopic, r.pending[:n]...)
 	r.pending = r.pending[n:]
 }
 
 // everything, as run's upfront, produces the whole input before the
-// replicas start. (Recovery is measured as new input read, or the input
-// used up; with part of the input held back, a fault that outlasts the
-// backlog looked like a stall.)
+// replicas start: for a run whose only "fault" is its input.
 const everything = -1
 
-// run makes 200,000 events and produces upfront of them, starts replicas,
-// runs fault while they work (fault may feed more input), produces the
-// rest, waits for the end, and checks and reports.
+// run makes the input (events click events) and produces upfront records
+// of it, starts replicas, runs fault while they work, produces the rest,
+// waits for the end, and checks and reports. The fault feeds what it
+// holds back: a scenario keeps input back for its faults, produced while
+// or just before each lasts, so that the workers have input left when it
+// ends and their recovery can be measured.
 func run(t *testing.T, name string, r *rig, replicas, upfront int, fault func(r *rig) (faults int, recovery time.Duration)) {
-	recs, tr := clicktest.Generate(200_000, 0.07, 0.01, uint64(len(name)))
+	recs, tr := clicktest.Generate(events, 0.07, 0.01, uint64(len(name)))
 	if r.mutate != nil {
 		recs = r.mutate(recs, &tr)
 	}
@@ -412,13 +446,17 @@ func run(t *testing.T, name string, r *rig, replicas, upfront int, fault func(r 
 		peak = max(peak, r.peakRSS(i))
 		r.stop(i)
 	}
-	rep := clicktest.Check(tr, r.read(outTopic), r.read(dlqTopic))
-	addRow("%-22s %8d %8d %6d %10d %8d %10d %9d %8d %v (run %v)", name, tr.Total, rep.Distinct, rep.Lost, rep.DuplicatesPass,
-		rep.Replays, rep.DeadMissing, faults, peak>>20, recovery.Round(time.Millisecond), time.Since(start).Round(time.Second))
+	rep := clicktest.Check(tr, r.k.Read(outTopic), r.k.Read(dlqTopic))
+	addRow("%-22s %8d %8d %6d %10d %8d %10d %9d %10s %8d %v (run %v)", name, tr.Total, rep.Distinct, rep.Lost, rep.DuplicatesPass,
+		rep.Replays, rep.DeadMissing, faults, fmt.Sprintf("%d/%d", len(r.recoveries), r.tries), peak>>20, recovery.Round(time.Millisecond),
+		time.Since(start).Round(time.Second))
 	if peak > maxRSS {
 		t.Errorf("%s: a worker's peak resident memory was %d MiB, above the bound of %d MiB", name, peak>>20, maxRSS>>20)
 	}
-	t.Logf("%s: time to recover after each fault: %v", name, r.recoveries)
+	if len(r.recoveries) == 0 {
+		t.Errorf("%s: no recovery was measured", name)
+	}
+	t.Logf("%s: time to recover after each fault (%d measured of %d): %v", name, len(r.recoveries), r.tries, r.recoveries)
 	if !rep.OK() {
 		t.Errorf("%s: %v", name, rep)
 	}
@@ -462,6 +500,7 @@ func TestHostileInput(t *testing.T) {
 	r := newRig(t)
 	r.mutate = func(recs []*kgo.Record, tr *clicktest.Truth) []*kgo.Record { return clicktest.Hostile(recs, tr, 11) }
 	run(t, "hostile input", r, 2, everything, func(r *rig) (int, time.Duration) {
+		// No fault: the time until the replicas, just started, read.
 		return 0, r.recovered(30 * time.Second)
 	})
 }
@@ -470,49 +509,76 @@ func TestHostileInput(t *testing.T) {
 // take turns among three moments:
 //   - any moment while input flows;
 //   - with the replica's test-and-set in flight: Redis is stopped while the
-//     replicas are busy, a replica is killed, and Redis then runs the call
-//     it finds in the dead client's socket, so decisions are recorded whose
-//     events were never produced (the crash between Redis and Kafka);
+//     replicas have input, a replica whose call waits in Redis's socket is
+//     killed, and Redis then runs the call it finds in the dead client's
+//     socket, so decisions are recorded whose events were never produced
+//     (the crash between Redis and Kafka);
 //   - between producing and committing: the group coordinator holds back
 //     offset commits, and the replica whose commit arrives first is killed,
 //     with its output acknowledged and its offsets not committed.
 func TestWorkerCrashes(t *testing.T) {
 	r := newRig(t)
-	// Input arrives in chunks: one lands just before each kill, so batches
-	// are in flight when a replica dies, and one right after each restart,
-	// so the time until the group reads again can be measured.
-	chunk := 200_000 / 25
+	// Input arrives in chunks: one as each kill is prepared, so batches are
+	// in flight when a replica dies, and one while the replica is down, so
+	// that input is left when it is back (its partitions are read by no one
+	// until the group rebalances) and the time until the group reads again
+	// can be measured.
+	chunk := events / 25
 	run(t, "worker kill -9 x12", r, 3, chunk, func(r *rig) (int, time.Duration) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		var worst time.Duration
 		var moments [3]int
 		for k := 0; k < 12; k++ {
-			r.feed(chunk)
-			time.Sleep(time.Duration(20+rng.IntN(180)) * time.Millisecond)
 			var i int
 			switch k % 3 {
 			case 0:
+				// Once the workers read the new chunk, at a moment moved by
+				// 20-200 ms.
+				n := r.readTotal()
+				r.feed(chunk)
+				r.waitRead(n + 1)
+				hold(time.Duration(20+rng.IntN(180)) * time.Millisecond)
 				i = rng.IntN(3)
 				r.kill(i)
 				moments[0]++
 			case 1:
-				i = rng.IntN(3)
+				// Redis is stopped before the chunk arrives, so the calls that
+				// decide it wait in Redis's sockets; the first replica seen
+				// with one there is killed.
 				r.redis.Pause()
-				time.Sleep(300 * time.Millisecond)
+				r.feed(chunk)
+				from := rng.IntN(3)
+				i = -1
+				testenv.Until(10*time.Second, func() bool {
+					for j := range 3 {
+						if r.callWaiting((from + j) % 3) {
+							i = (from + j) % 3
+							return true
+						}
+					}
+					return false
+				})
+				if i < 0 {
+					r.redis.Resume()
+					t.Fatal("no replica's test-and-set waited in the socket of the stopped Redis within 10s")
+				}
 				r.kill(i)
 				r.redis.Resume()
 				moments[1]++
 			case 2:
 				var ok bool
-				if i, ok = r.killAtCommit(10 * time.Second); !ok {
+				if i, ok = r.killAtCommit(10*time.Second, chunk); !ok {
 					continue
 				}
 				moments[2]++
 			}
-			time.Sleep(time.Duration(50+rng.IntN(200)) * time.Millisecond)
-			r.start(i)
-			r.waitReady(i, 30*time.Second)
+			// The replica stays down for 50-250 ms (or as long as the next
+			// chunk takes to produce, if longer).
+			down := time.Now()
 			r.feed(chunk)
+			hold(time.Duration(50+rng.IntN(200))*time.Millisecond - time.Since(down))
+			r.start(i)
+			r.waitReady(i)
 			worst = max(worst, r.recovered(30*time.Second))
 		}
 		t.Logf("kills: %d at random, %d with a Redis call in flight, %d between produce and commit", moments[0], moments[1], moments[2])
@@ -523,25 +589,87 @@ func TestWorkerCrashes(t *testing.T) {
 	})
 }
 
-// killAtCommit holds back every offset commit until one arrives, kills
-// the replica that sent it, and lets commits through again. It returns
-// the replica's index, or false if no commit came within limit.
-func (r *rig) killAtCommit(limit time.Duration) (int, bool) {
-	var hold atomic.Bool
-	hold.Store(true)
-	first := make(chan string, 1)
-	r.broker.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		if !hold.Load() {
-			return nil, nil, false // and the control function is dropped
+// callWaiting reports whether worker i has a call waiting in a socket of
+// the (stopped) standalone Redis: bytes it sent that Redis has not read.
+// Linux lists both ends of every loopback connection in /proc/net/tcp,
+// each with its receive queue and socket inode; /proc/<pid>/fd names the
+// worker's sockets by inode.
+func (r *rig) callWaiting(i int) bool {
+	r.mu.Lock()
+	w := r.workers[i]
+	r.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	fdDir := fmt.Sprintf("/proc/%d/fd", w.cmd.Process.Pid)
+	fds, err := os.ReadDir(fdDir)
+	if err != nil {
+		return false
+	}
+	mine := map[string]bool{}
+	for _, fd := range fds {
+		l, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
+		if inode, ok := strings.CutPrefix(l, "socket:["); err == nil && ok {
+			mine[strings.TrimSuffix(inode, "]")] = true
 		}
-		r.broker.KeepControl()
+	}
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return false
+	}
+	_, p, _ := net.SplitHostPort(r.redis.Addr)
+	port, _ := strconv.Atoi(p)
+	redisPort := fmt.Sprintf("%04X", port)
+	portOf := func(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
+	// The worker's ends of its connections to Redis, and the ends on
+	// Redis's side with bytes to read, each by the other end's port.
+	mineTo, queuedFrom := map[string]bool{}, map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 10 || f[0] == "sl" {
+			continue
+		}
+		local, remote := portOf(f[1]), portOf(f[2])
+		switch {
+		case remote == redisPort && mine[f[9]]:
+			mineTo[local] = true
+		case local == redisPort:
+			_, rx, _ := strings.Cut(f[4], ":") // tx_queue:rx_queue
+			if n, _ := strconv.ParseUint(rx, 16, 64); n > 0 {
+				queuedFrom[remote] = true
+			}
+		}
+	}
+	for p := range mineTo {
+		if queuedFrom[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// killAtCommit holds back every offset commit, feeds n records of input
+// so that commits come, kills the replica whose commit arrives first, and
+// lets commits through again. It returns the replica's index, or false if
+// no commit came within limit.
+func (r *rig) killAtCommit(limit time.Duration, n int) (int, bool) {
+	var holding atomic.Bool
+	holding.Store(true)
+	first := make(chan string, 1)
+	r.k.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if !holding.Load() {
+			r.k.DropControl() // an unhandled request leaves the control function in place otherwise
+			return nil, nil, false
+		}
+		r.k.KeepControl()
 		select {
 		case first <- req.(*kmsg.OffsetCommitRequest).MemberID:
 		default:
 		}
 		return nil, errors.New("commit held back by the test"), true
 	})
-	defer hold.Store(false)
+	defer holding.Store(false)
+	r.feed(n)
 	select {
 	case member := <-first:
 		// A member ID starts with the client ID, which ends with the pid.
@@ -569,20 +697,23 @@ func (r *rig) killAtCommit(limit time.Duration) (int, bool) {
 // ready meanwhile, and carry on after SIGCONT.
 func TestRedisStall(t *testing.T) {
 	r := newRig(t)
-	run(t, "redis SIGSTOP 10s", r, 2, everything, func(r *rig) (int, time.Duration) {
-		time.Sleep(800 * time.Millisecond)
+	// The last tenth of the input arrives during the stall: none of it can
+	// be decided before Redis is back.
+	chunk := events / 10
+	run(t, "redis SIGSTOP 10s", r, 2, events-chunk, func(r *rig) (int, time.Duration) {
+		const stall = 10 * time.Second
+		r.waitRead(10_000)
 		r.redis.Pause()
-		time.Sleep(3 * time.Second)
-		for i := 0; i < 2; i++ {
-			if r.ready(i) {
-				t.Errorf("worker %d ready while Redis is stopped", i)
-			}
-		}
-		time.Sleep(7 * time.Second)
+		stopped := time.Now()
+		r.feed(len(r.pending))
+		unready := func() bool { return !r.ready(0) && !r.ready(1) }
+		testenv.Eventually(t, 5*time.Second, "both workers to be unready while Redis is stopped", unready)
+		// The rest of the stall: both stay unready throughout.
+		testenv.Throughout(t, stall-time.Since(stopped), "both workers unready while Redis is stopped", unready)
 		r.redis.Resume()
 		recovery := r.recovered(30 * time.Second)
 		for i := 0; i < 2; i++ {
-			r.waitReady(i, 30*time.Second)
+			r.waitReady(i)
 		}
 		return 1, recovery
 	})
@@ -592,10 +723,15 @@ func TestRedisStall(t *testing.T) {
 // filters and decision records survive, and the workers carry on.
 func TestRedisRestartWithAOF(t *testing.T) {
 	r := newRig(t, "--appendonly", "yes", "--appendfsync", "always")
-	run(t, "redis kill -9, AOF", r, 2, everything, func(r *rig) (int, time.Duration) {
-		time.Sleep(1 * time.Second)
+	// The last tenth of the input arrives while Redis is down.
+	chunk := events / 10
+	run(t, "redis kill -9, AOF", r, 2, events-chunk, func(r *rig) (int, time.Duration) {
+		const down = 2 * time.Second
+		r.waitRead(10_000)
 		r.redis.Kill()
-		time.Sleep(2 * time.Second)
+		killed := time.Now()
+		r.feed(len(r.pending))
+		hold(down - time.Since(killed))
 		if err := r.redis.Restart(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -607,16 +743,27 @@ func TestRedisRestartWithAOF(t *testing.T) {
 // gracefully and one killed.
 func TestRebalances(t *testing.T) {
 	r := newRig(t)
-	run(t, "scale 1->3->1", r, 1, everything, func(r *rig) (int, time.Duration) {
-		time.Sleep(500 * time.Millisecond)
+	// A tenth of the input arrives during each change of the group.
+	chunk := events / 10
+	run(t, "scale 1->3->1", r, 1, events-2*chunk, func(r *rig) (int, time.Duration) {
+		r.waitRead(10_000)
+		before := r.eventsIn()
 		r.start(1)
 		r.start(2)
-		r.waitReady(1, 30*time.Second)
-		r.waitReady(2, 30*time.Second)
+		r.feed(chunk)
+		r.waitReady(1)
+		r.waitReady(2)
 		worst := r.recovered(30 * time.Second)
-		time.Sleep(1 * time.Second)
+		// The two leave once all three share the work.
+		testenv.Eventually(t, 30*time.Second, "each of the three workers to read input", func() bool {
+			now := r.eventsIn()
+			return now[0] > before[0] && now[1] > 0 && now[2] > 0
+		})
 		r.stop(1)
 		r.kill(2)
+		// Worker 2's partitions are read by no one until the group notices
+		// it is gone.
+		r.feed(len(r.pending))
 		return 4, max(worst, r.recovered(30*time.Second))
 	})
 }
@@ -628,52 +775,77 @@ func TestRebalances(t *testing.T) {
 // partition's leader moves to another broker.
 func TestKafkaFaults(t *testing.T) {
 	r := newRigBrokers(t, 3)
-	// Input arrives in chunks, one before each fault, so that every fault
-	// finds work in flight.
-	chunk := 200_000 / 6
+	// Input arrives in chunks, one for each fault: produced while a fetch
+	// fault lasts, which keeps it from the workers until the fault ends;
+	// and for the others just before, the fault starting once the workers
+	// read it, so that it meets batches in flight. A worker decides at most
+	// two batches it cannot deliver, so a produce fault leaves most of its
+	// chunk for after it (and the test's own produces would fail while
+	// produce connections are dropped).
+	chunk := events / 6
 	run(t, "kafka errors, leaders", r, 2, chunk, func(r *rig) (int, time.Duration) {
 		const d = 3 * time.Second
-		fault := func(f kfake.Fault) time.Duration {
+		// busy feeds a chunk and waits until the workers read from it.
+		busy := func() {
+			n := r.readTotal()
 			r.feed(chunk)
+			r.waitRead(n + 1)
+		}
+		// end lets the fault that began at began last d, stops it (stop
+		// says how many requests it hit), checks it happened, and
+		// measures the recovery.
+		end := func(what string, began time.Time, stop func() int) time.Duration {
+			hold(d - time.Since(began))
+			n := stop()
+			if n == 0 {
+				t.Errorf("%s: no request was hit: the fault did not happen", what)
+			}
+			t.Logf("%s: %d requests", what, n)
+			return r.recovered(30 * time.Second)
+		}
+		// refuse answers the requests f selects with f.Err until stopped.
+		refuse := func(f kfake.Fault) (string, time.Time, func() int) {
 			f.Count = -1
-			h := r.broker.Fault(f)
-			time.Sleep(d)
-			h.Remove()
-			if h.Hits() == 0 {
-				t.Errorf("no %s request was faulted: the fault did not happen", f.Keys[0].Name())
-			}
-			t.Logf("%s on %s answered %s: %d requests", f.Keys[0].Name(), f.Topic, f.Err.Message, h.Hits())
-			return r.recovered(30 * time.Second)
+			h := r.k.Fault(f)
+			return fmt.Sprintf("%s on %s answered %s", f.Keys[0].Name(), f.Topic, f.Err.Message), time.Now(), func() int { h.Remove(); return h.Hits() }
 		}
-		drop := func(key kmsg.Key) time.Duration {
-			r.feed(chunk)
-			until := time.Now().Add(d)
+		// drop closes the connection of every key request until stopped.
+		drop := func(key kmsg.Key) (string, time.Time, func() int) {
+			var on atomic.Bool
 			var dropped atomic.Int64
-			r.broker.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
-				if time.Now().Before(until) {
-					r.broker.KeepControl()
-					dropped.Add(1)
-					return nil, errors.New("injected failure"), true // kfake closes the connection
+			on.Store(true)
+			r.k.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+				if !on.Load() {
+					r.k.DropControl()
+					return nil, nil, false
 				}
-				return nil, nil, false
+				r.k.KeepControl()
+				dropped.Add(1)
+				return nil, errors.New("injected failure"), true // kfake closes the connection
 			})
-			time.Sleep(d)
-			if dropped.Load() == 0 {
-				t.Errorf("no %s connection was dropped: the fault did not happen", key.Name())
-			}
-			t.Logf("%s: %d connections dropped", key.Name(), dropped.Load())
-			return r.recovered(30 * time.Second)
+			return key.Name() + " connections dropped", time.Now(), func() int { on.Store(false); return int(dropped.Load()) }
 		}
-		time.Sleep(500 * time.Millisecond)
-		worst := fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: inTopic, Err: kerr.UnknownServerError})
-		worst = max(worst, drop(kmsg.Fetch))
-		worst = max(worst, fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: outTopic, Err: kerr.RequestTimedOut}))
-		worst = max(worst, drop(kmsg.Produce))
+
+		r.waitRead(10_000)
+		what, began, stop := refuse(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: inTopic, Err: kerr.UnknownServerError})
 		r.feed(chunk)
+		worst := end(what, began, stop)
+
+		what, began, stop = drop(kmsg.Fetch)
+		r.feed(chunk)
+		worst = max(worst, end(what, began, stop))
+
+		busy()
+		worst = max(worst, end(refuse(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: outTopic, Err: kerr.RequestTimedOut})))
+
+		busy()
+		worst = max(worst, end(drop(kmsg.Produce)))
+
+		busy()
 		for _, topic := range []string{inTopic, outTopic} {
 			for p := int32(0); p < 6; p++ {
-				leader := r.broker.LeaderFor(topic, p)
-				if err := r.broker.MoveTopicPartition(topic, p, (leader+1)%3); err != nil {
+				leader := r.k.LeaderFor(topic, p)
+				if err := r.k.MoveTopicPartition(topic, p, (leader+1)%3); err != nil {
 					t.Errorf("moving %s/%d: %v", topic, p, err)
 				}
 			}
