@@ -234,6 +234,17 @@ func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipe
 		cfg.MinReplicas = minReplicas
 		cfg.CallTimeout = 400 * time.Millisecond
 	})
+	// The fault needs shard 0's master with its replica attached and known
+	// to the cluster: just after the cluster starts, or after the previous
+	// failover, the node asked may not list the replica yet.
+	var replicas int
+	if !testenv.Until(30*time.Second, func() bool {
+		_, rs, err := cl.Shard(ctx, f.SyncKey(0))
+		replicas = len(rs)
+		return err == nil && replicas == 1
+	}) {
+		t.Fatalf("shard 0's master lists %d replicas after 30s, want 1", replicas)
+	}
 
 	// 20,000 elements over 4 partitions; every fourth one from the 4,000th
 	// on repeats the ID of the element 4,000 earlier (40 batches), so the
