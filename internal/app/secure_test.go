@@ -20,7 +20,6 @@ import (
 	kgoscram "github.com/twmb/franz-go/pkg/sasl/scram"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/clicktest"
@@ -162,7 +161,7 @@ func (c *capture) Printf(_ context.Context, format string, v ...any) {
 func newCapture(t *testing.T) (*capture, *zap.Logger) {
 	c := &capture{}
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), c, zapcore.DebugLevel)
-	warn := zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel)).Core()
+	warn := testenv.Logger(t, zapcore.WarnLevel).Core()
 	return c, zap.New(zapcore.NewTee(core, warn))
 }
 

@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/redisproc"
@@ -54,7 +53,7 @@ func StartReplica(t testing.TB, cfg config.Config, run RunFunc, log *zap.Logger)
 		t.Fatal(err)
 	}
 	if log == nil {
-		log = zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel))
+		log = Logger(t, zapcore.WarnLevel)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Replica{Config: cfg, t: t, cancel: cancel, done: make(chan struct{})}
