@@ -53,20 +53,27 @@ func (m Metrics) Has(name string, labels ...string) bool {
 func (m Metrics) Value(name string, labels ...string) float64 {
 	var sum float64
 	for _, s := range m.series(name, labels) {
-		switch {
-		case s.Counter != nil:
-			sum += s.Counter.GetValue()
-		case s.Gauge != nil:
-			sum += s.Gauge.GetValue()
-		case s.Untyped != nil:
-			sum += s.Untyped.GetValue()
-		case s.Histogram != nil:
-			sum += float64(s.Histogram.GetSampleCount())
-		case s.Summary != nil:
-			sum += float64(s.Summary.GetSampleCount())
-		}
+		sum += value(s)
 	}
 	return sum
+}
+
+// value is a series' value: a counter's, gauge's or untyped series' value,
+// a histogram's or summary's sample count.
+func value(s *dto.Metric) float64 {
+	switch {
+	case s.Counter != nil:
+		return s.Counter.GetValue()
+	case s.Gauge != nil:
+		return s.Gauge.GetValue()
+	case s.Untyped != nil:
+		return s.Untyped.GetValue()
+	case s.Histogram != nil:
+		return float64(s.Histogram.GetSampleCount())
+	case s.Summary != nil:
+		return float64(s.Summary.GetSampleCount())
+	}
+	return 0
 }
 
 // Show prints the series of the families whose names start with prefix,
@@ -82,7 +89,7 @@ func (m Metrics) Show(prefix string) string {
 			for _, l := range s.Label {
 				ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
 			}
-			lines = append(lines, fmt.Sprintf("%s{%s} %g", name, strings.Join(ls, ","), Metrics{name: {Type: m[name].Type, Metric: []*dto.Metric{s}}}.Value(name)))
+			lines = append(lines, fmt.Sprintf("%s{%s} %g", name, strings.Join(ls, ","), value(s)))
 		}
 	}
 	slices.Sort(lines)
