@@ -45,9 +45,21 @@ type Config struct {
 	Window time.Duration `envconfig:"WINDOW" default:"10m"`
 	// WindowMode is rolling or fixed. Default: rolling.
 	WindowMode string `envconfig:"WINDOW_MODE" default:"rolling"`
-	// WindowGrace keeps a bucket this long after it stops being tested, for
-	// late events. Default: 1m.
-	WindowGrace time.Duration `envconfig:"WINDOW_GRACE" default:"1m"`
+	// MaxLag is the lag bound: events processed up to this long after their
+	// event time (a replica behind, every replica down for a while) are
+	// deduplicated as if processed live. Filter keys and decision records
+	// live this much longer, which costs memory: one more window's filter
+	// per window length of MaxLag. Default: 1h; up to 744h.
+	MaxLag time.Duration `envconfig:"MAX_LAG" default:"1h"`
+	// LatePolicy is what becomes of an event beyond the bound (later than
+	// MaxLag, or further ahead of the clock than one window): forward
+	// (undeduplicated, with the dedupe-undeduplicated header) or
+	// dead-letter (reason late or future). Default: forward.
+	LatePolicy string `envconfig:"LATE_POLICY" default:"forward"`
+	// StartOffset is where a new consumer group (one without committed
+	// offsets) starts: earliest, latest, an RFC 3339 time, or a duration
+	// back from the start of the worker (1h). Default: earliest.
+	StartOffset string `envconfig:"START_OFFSET" default:"earliest"`
 	// ExpectedPerWindow is the number of distinct IDs per window the filter
 	// is sized for. Default: 1000000.
 	ExpectedPerWindow int64 `envconfig:"EXPECTED_PER_WINDOW" default:"1000000"`
@@ -155,6 +167,9 @@ func Load() (Config, error) {
 			return Config{}, bad(x.name, "false, but %s_%s_CA_FILE or %s_%s_CERT_FILE is set", Prefix, x.name, Prefix, x.name)
 		}
 	}
+	if _, set := os.LookupEnv(Prefix + "_WINDOW_GRACE"); set {
+		return Config{}, bad("WINDOW_GRACE", "replaced by %s_MAX_LAG, how long after their event time events are still deduplicated (default 1h); rename it", Prefix)
+	}
 	c.setDefaults()
 	if err := c.Validate(); err != nil {
 		return Config{}, err
@@ -220,8 +235,10 @@ func (c Config) Validate() error {
 		return bad("WINDOW", "%v: want whole seconds from 1s to 744h", c.Window)
 	case c.WindowMode != "rolling" && c.WindowMode != "fixed":
 		return bad("WINDOW_MODE", "%q: want rolling or fixed", c.WindowMode)
-	case c.WindowGrace < 0 || c.WindowGrace%time.Second != 0 || c.WindowGrace > 10*c.Window:
-		return bad("WINDOW_GRACE", "%v: want whole seconds from 0 to 10 windows", c.WindowGrace)
+	case c.MaxLag < 0 || c.MaxLag%time.Second != 0 || c.MaxLag > 31*24*time.Hour:
+		return bad("MAX_LAG", "%v: want whole seconds from 0 to 744h", c.MaxLag)
+	case c.LatePolicy != LateForward && c.LatePolicy != LateDeadLetter:
+		return bad("LATE_POLICY", "%q: want %s or %s", c.LatePolicy, LateForward, LateDeadLetter)
 	case c.ExpectedPerWindow < 1 || c.ExpectedPerWindow > 1e12:
 		return bad("EXPECTED_PER_WINDOW", "%d: want 1 to 1e12", c.ExpectedPerWindow)
 	case !(c.FalsePositiveRate >= 1e-12 && c.FalsePositiveRate < 1):
@@ -258,6 +275,9 @@ func (c Config) Validate() error {
 	if _, err := c.RedisTLSConfig(); err != nil {
 		return err
 	}
+	if _, err := ParseStartOffset(c.StartOffset); err != nil {
+		return bad("START_OFFSET", "%v", err)
+	}
 	if _, err := ParseIDField(c.IDField); err != nil {
 		return bad("ID_FIELD", "%v", err)
 	}
@@ -267,6 +287,48 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// The values of LatePolicy.
+const (
+	LateForward    = "forward"
+	LateDeadLetter = "dead-letter"
+)
+
+// StartOffset is a parsed DEDUPE_START_OFFSET. The zero value is the
+// earliest offset.
+type StartOffset struct {
+	Latest bool
+	// At is a point in time, Back a duration before the worker starts.
+	At   time.Time
+	Back time.Duration
+}
+
+// ParseStartOffset reads earliest, latest, an RFC 3339 time or a positive
+// duration.
+func ParseStartOffset(s string) (StartOffset, error) {
+	switch s {
+	case "earliest":
+		return StartOffset{}, nil
+	case "latest":
+		return StartOffset{Latest: true}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return StartOffset{At: t}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return StartOffset{Back: d}, nil
+	}
+	return StartOffset{}, fmt.Errorf("%q: want earliest, latest, an RFC 3339 time or a duration such as 1h", s)
+}
+
+// Time is the point in time to start from, given the worker's start now;
+// zero for earliest and latest.
+func (s StartOffset) Time(now time.Time) time.Time {
+	if s.Back > 0 {
+		return now.Add(-s.Back)
+	}
+	return s.At
 }
 
 func hasEmpty(xs []string) bool {

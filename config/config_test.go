@@ -101,6 +101,13 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{"DEDUPE_BATCH_LINGER", "0s"},
 		{"DEDUPE_LOG_LEVEL", "loud"},
 		{"DEDUPE_SHARDS", "-2"},
+		{"DEDUPE_MAX_LAG", "-1h"},
+		{"DEDUPE_MAX_LAG", "1500ms"},
+		{"DEDUPE_MAX_LAG", "745h"},
+		{"DEDUPE_LATE_POLICY", "drop"},
+		{"DEDUPE_START_OFFSET", "yesterday"},
+		{"DEDUPE_START_OFFSET", "-1h"},
+		{"DEDUPE_WINDOW_GRACE", "1m"},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
 			setValidEnvFile(t, "clicks.env")
@@ -110,6 +117,41 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 				t.Fatalf("%s=%q: %v; want one line naming %s", tc.name, tc.value, err, tc.name)
 			}
 		})
+	}
+}
+
+// The lag bound takes up to 744h (a week is the case operators ask for);
+// the start offset takes its four forms.
+func TestLagAndStartValues(t *testing.T) {
+	setValidEnvFile(t, "clicks.env")
+	t.Setenv("DEDUPE_MAX_LAG", "168h")
+	t.Setenv("DEDUPE_LATE_POLICY", "dead-letter")
+	t.Setenv("DEDUPE_START_OFFSET", "latest")
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxLag != 7*24*time.Hour || c.LatePolicy != LateDeadLetter {
+		t.Errorf("max lag %v, late policy %q", c.MaxLag, c.LatePolicy)
+	}
+	now := time.Now()
+	at := now.Add(-3 * time.Hour).UTC().Truncate(time.Second)
+	for _, tc := range []struct {
+		in     string
+		latest bool
+		want   time.Time
+	}{
+		{"earliest", false, time.Time{}}, {"latest", true, time.Time{}},
+		{at.Format(time.RFC3339), false, at}, {"90m", false, now.Add(-90 * time.Minute)},
+	} {
+		s, err := ParseStartOffset(tc.in)
+		if err != nil {
+			t.Errorf("%s: %v", tc.in, err)
+			continue
+		}
+		if s.Latest != tc.latest || !s.Time(now).Equal(tc.want) {
+			t.Errorf("%s: latest %v, time %v; want %v, %v", tc.in, s.Latest, s.Time(now), tc.latest, tc.want)
+		}
 	}
 }
 

@@ -33,7 +33,8 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 const usage = `usage: dedupe-worker [run | plan [flags] | stats | demo [flags] | generate [flags] | count [flags]]
   run       consume, deduplicate and forward (the default); configured by DEDUPE_* variables
-  plan      print the filter sizing; flags -n, -p, -window default to the DEDUPE_* values
+  plan      print the filter sizing and the memory of the windows live at once;
+            flags -n, -p, -window, -mode, -max-lag, -shards default to the DEDUPE_* values
   stats     print the live filter statistics of the configured pipeline
   demo      run a broker, redis-server, a click generator, two replicas and a verifier
             on this machine, and report; flags -n, -dup, -bad, -window, -p, -expected
@@ -113,7 +114,8 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	p := fs.Float64("p", defP, "target false-positive rate")
 	window := fs.Duration("window", defW, "window length")
 	mode := fs.String("mode", envOr("DEDUPE_WINDOW_MODE", "rolling"), "rolling or fixed")
-	defG, _ := time.ParseDuration(envOr("DEDUPE_WINDOW_GRACE", "1m"))
+	defLag, _ := time.ParseDuration(envOr("DEDUPE_MAX_LAG", "1h"))
+	maxLag := fs.Duration("max-lag", defLag, "lag bound: how long after their event time events are still deduplicated")
 	shards := fs.Int("shards", defS, "least number of shards")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -123,9 +125,10 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dedupe-worker plan:", err)
 		return 2
 	}
-	live := bloom.Windows{Length: *window, Mode: m, Grace: defG}.Live()
+	live := bloom.Windows{Length: *window, Mode: m, MaxLag: *maxLag}.Live()
+	fmt.Fprintf(stdout, "%s windows of %v with a lag bound of %v: %d windows of keys live at once\n", *mode, *window, *maxLag, live)
 	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "n per window\twindow\ttarget p\tlayout\tshards\tbits/ID\tclassic bits/ID (k)\tMiB per window\tMiB live (%s)\tachieved p\n", *mode)
+	fmt.Fprintf(tw, "n per window\twindow\ttarget p\tlayout\tshards\tbits/ID\tclassic bits/ID (k)\tMiB per window\tMiB live (%d windows)\tachieved p\n", live)
 	for _, target := range []float64{*p, 1e-2, 1e-4, 1e-6, 1e-9} {
 		pl, err := bloom.NewPlan(*n, target, bloom.PlanOptions{MinShards: *shards})
 		if err != nil {

@@ -132,6 +132,17 @@ func TestPlanCommand(t *testing.T) {
 	if !strings.Contains(out.String(), "4x4") || !strings.Contains(out.String(), "8.2e-07") {
 		t.Fatalf("plan output:\n%s", out.String())
 	}
+	// The lag bound's windows are counted: 10-minute rolling windows and
+	// a 1h bound keep 3 + 6 windows of 28 MiB, a 6h bound 3 + 36.
+	for _, tc := range []struct{ lag, want string }{{"1h", "9 windows of keys live at once"}, {"6h", "39 windows of keys live at once"}} {
+		out.Reset()
+		if code := run([]string{"plan", "-n", "7000000", "-p", "1e-6", "-window", "10m", "-mode", "rolling", "-max-lag", tc.lag}, &out, &errb); code != 0 {
+			t.Fatalf("exit %d: %s", code, errb.String())
+		}
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("max lag %s: want %q in\n%s", tc.lag, tc.want, out.String())
+		}
+	}
 }
 
 func TestUsageNamesSubcommands(t *testing.T) {

@@ -48,6 +48,10 @@ func NewRedis(cfg config.Config) (redis.UniversalClient, error) {
 
 // NewFilter sizes and builds the pipeline's filter.
 func NewFilter(cfg config.Config, rc redis.UniversalClient) (*bloom.Filter, error) {
+	return newFilter(cfg, rc, time.Now)
+}
+
+func newFilter(cfg config.Config, rc redis.UniversalClient, now func() time.Time) (*bloom.Filter, error) {
 	plan, err := bloom.NewPlan(cfg.ExpectedPerWindow, cfg.FalsePositiveRate, bloom.PlanOptions{MinShards: cfg.Shards})
 	if err != nil {
 		return nil, fmt.Errorf("DEDUPE_EXPECTED_PER_WINDOW, DEDUPE_FALSE_POSITIVE_RATE: %w", err)
@@ -59,9 +63,10 @@ func NewFilter(cfg config.Config, rc redis.UniversalClient) (*bloom.Filter, erro
 	return bloom.New(rc, bloom.Config{
 		Pipeline:    cfg.Pipeline,
 		Plan:        plan,
-		Windows:     bloom.Windows{Length: cfg.Window, Mode: mode, Grace: cfg.WindowGrace},
+		Windows:     bloom.Windows{Length: cfg.Window, Mode: mode, MaxLag: cfg.MaxLag},
 		CallTimeout: cfg.RedisTimeout,
 		MinReplicas: cfg.RedisMinReplicas,
+		Now:         now,
 	})
 }
 
@@ -75,6 +80,18 @@ func NewFilter(cfg config.Config, rc redis.UniversalClient) (*bloom.Filter, erro
 // user). A refused login or certificate is returned at once, with the
 // variables to check.
 func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
+	return run(ctx, cfg, log, time.Now)
+}
+
+// RunAt is Run with the clock now in place of the real one, for the
+// decisions that depend on the present (late events, the start offset
+// given as a duration, the event-time lag). Tests use it to play an
+// outage; keep now near the real clock, which Redis expires keys by.
+func RunAt(now func() time.Time) func(context.Context, config.Config, *zap.Logger) error {
+	return func(ctx context.Context, cfg config.Config, log *zap.Logger) error { return run(ctx, cfg, log, now) }
+}
+
+func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() time.Time) error {
 	log = log.With(zap.String("pipeline", cfg.Pipeline))
 	// go-redis logs (dial failures, mostly) to stderr by itself otherwise.
 	redis.SetLogger(redisLogger{consumer.Sampled(log.Named("redis"))})
@@ -87,19 +104,26 @@ func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		return err
 	}
 	defer rc.Close()
-	filter, err := NewFilter(cfg, rc)
+	filter, err := newFilter(cfg, rc, now)
+	if err != nil {
+		return err
+	}
+	start, err := config.ParseStartOffset(cfg.StartOffset)
 	if err != nil {
 		return err
 	}
 	plan := filter.Plan()
 	log.Info("filter planned", zap.Int64("expected_per_window", plan.Elements), zap.Float64("target_fpr", plan.TargetFPR),
 		zap.Float64("achieved_fpr", plan.AchievedFPR), zap.Int("words", plan.Layout.Words), zap.Int("bits_per_word", plan.Layout.BitsPerWord),
-		zap.Int("shards", plan.Shards), zap.Uint64("bytes_per_window", plan.Memory), zap.String("key_tag", filter.Tag()))
+		zap.Int("shards", plan.Shards), zap.Uint64("bytes_per_window", plan.Memory), zap.Int("live_windows", filter.LiveWindows()),
+		zap.Uint64("bytes_live", plan.Memory*uint64(filter.LiveWindows())), zap.Duration("max_lag", cfg.MaxLag),
+		zap.String("late_policy", cfg.LatePolicy), zap.String("key_tag", filter.Tag()))
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := consumer.NewMetrics(reg, cfg.Pipeline)
 	fg := NewFilterGauges(reg, cfg.Pipeline)
+	fg.maxLag.Set(cfg.MaxLag.Seconds())
 
 	ex, err := consumer.NewExtractor(cfg.IDField, cfg.TimeField)
 	if err != nil {
@@ -113,7 +137,8 @@ func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID,
 		BatchSize: cfg.BatchSize, BatchLinger: cfg.BatchLinger, KafkaTimeout: cfg.KafkaTimeout,
 		ShutdownTimeout: cfg.ShutdownTimeout, SessionTimeout: cfg.KafkaSessionTimeout, Extractor: ex, Logger: log, Metrics: metrics,
-		TLS: kafkaTLS, SASL: mech,
+		TLS: kafkaTLS, SASL: mech, Now: now, DeadLetterLate: cfg.LatePolicy == config.LateDeadLetter,
+		Start: consumer.Start{Latest: start.Latest, At: start.Time(now())},
 	}, filter, out, dlq)
 	if err != nil {
 		return err
@@ -189,6 +214,7 @@ func serve(addr string, reg *prometheus.Registry, ready func() bool, log *zap.Lo
 // FilterGauges are the filter statistics the worker exports.
 type FilterGauges struct {
 	fill, fpr, elements, ttl *prometheus.GaugeVec
+	maxLag                   prometheus.Gauge
 }
 
 // NewFilterGauges registers the filter statistics the worker exports per
@@ -207,7 +233,9 @@ func NewFilterGauges(reg prometheus.Registerer, pipeline string) *FilterGauges {
 		ttl: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_ttl_seconds",
 			Help: "Time the window's key has left.", ConstLabels: l}, labels),
 	}
-	reg.MustRegister(g.fill, g.fpr, g.elements, g.ttl)
+	g.maxLag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "dedupe_max_lag_seconds",
+		Help: "The lag bound, DEDUPE_MAX_LAG: events decided later than this after their event time may not be deduplicated.", ConstLabels: l})
+	reg.MustRegister(g.fill, g.fpr, g.elements, g.ttl, g.maxLag)
 	return g
 }
 

@@ -42,9 +42,20 @@
 // event time is up to one window after the first copy's is caught wherever
 // the boundary falls. Every key gets an absolute expiry in the script that
 // writes it (EXPIREAT NX, then GT so a TTL only grows): a bucket lives to
-// its end, plus one window in Rolling mode, plus Grace. Events whose bucket
-// has already expired are Late, and events further ahead of the clock than
-// MaxFutureSkew are Future; both are forwarded undeduplicated.
+// its end, plus one window in Rolling mode, plus MaxLag.
+//
+// MaxLag is the lag bound: how far behind the clock events may be decided
+// with their deduplication intact, as after an outage or by a replica that
+// fell behind. An event is tested against keys that live until MaxLag past
+// the end of its bucket (the previous bucket's keys, in Rolling mode, expire
+// then too), so until that Deadline its verdict is the same whenever it is
+// decided: read live, or read hours later as a backlog. From the Deadline
+// on it is Late, and an event further ahead of the clock than MaxFutureSkew
+// is Future: neither is tested nor set, and the caller chooses what becomes
+// of them. Every event decided at most MaxLag after its event time is
+// within the bound. The cost is memory: the keys of MaxLag/Length more
+// buckets are alive at once (Windows.Live), and the decision records live
+// as long as the filters they guard.
 //
 // # Shards and Redis Cluster
 //

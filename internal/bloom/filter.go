@@ -74,10 +74,14 @@ const (
 	// than the decision record reaches; forwarded, as losing it would be
 	// worse than passing a copy.
 	ReplayUnknown
-	// Late: the event's bucket has expired; forwarded without deduplication.
+	// Late: the event is processed at or after its Windows.Deadline, its
+	// bucket's end plus MaxLag: its keys may be gone, so it is not
+	// deduplicated (no key is written). A replay of an offset decided
+	// forward whose event is now late is Late too, so a caller's policy for
+	// late events holds on replays.
 	Late
 	// Future: the event time is further ahead of the clock than
-	// Config.MaxFutureSkew; forwarded without deduplication, no key written.
+	// Config.MaxFutureSkew; not deduplicated, no key written. Replays as Late.
 	Future
 )
 

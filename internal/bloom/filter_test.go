@@ -27,7 +27,7 @@ func newFilter(t testing.TB, c redis.UniversalClient, now time.Time, n int64, p 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Pipeline: "test", Plan: plan, Windows: Windows{Length: 10 * time.Minute, Mode: Rolling, Grace: time.Minute},
+	cfg := Config{Pipeline: "test", Plan: plan, Windows: Windows{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour},
 		Now: func() time.Time { return now }}
 	if mutate != nil {
 		mutate(&cfg)
@@ -99,6 +99,9 @@ func testAndSetScenarios(t *testing.T, c *redis.Client, t0 time.Time) {
 		{"rolling: both buckets in one batch", Rolling,
 			[][]Element{{el("a", 0, 1, bucketStart.Add(w)), el("a", 0, 0, bucketStart.Add(w-time.Second))}},
 			[][]Verdict{{D, F}}},
+		{"rolling: a later copy decided first, after its bucket began, is caught", Rolling,
+			[][]Element{{el("a", 0, 0, bucketStart)}, {el("a", 0, 1, bucketStart.Add(-time.Second))}},
+			[][]Verdict{{F}, {D}}},
 		{"rolling: two windows apart passes", Rolling,
 			[][]Element{{el("a", 0, 0, bucketStart.Add(-w))}, {el("a", 0, 1, bucketStart.Add(w))}},
 			[][]Verdict{{F}, {F}}},
@@ -106,7 +109,7 @@ func testAndSetScenarios(t *testing.T, c *redis.Client, t0 time.Time) {
 			[][]Element{{el("a", 0, 0, bucketStart.Add(-time.Second))}, {el("a", 0, 1, t0)}, {el("a", 0, 2, t0.Add(w))}},
 			[][]Verdict{{F}, {D}, {F}}},
 		{"late and future events are forwarded", Rolling,
-			[][]Element{{el("a", 0, 0, t0.Add(-time.Hour)), el("a", 0, 1, t0.Add(-time.Hour)), el("b", 0, 2, t0.Add(3*w))}},
+			[][]Element{{el("a", 0, 0, t0.Add(-2*time.Hour)), el("a", 0, 1, t0.Add(-2*time.Hour)), el("b", 0, 2, t0.Add(3*w))}},
 			[][]Verdict{{Late, Late, Future}}},
 		{"binary, long and unicode IDs", Fixed,
 			[][]Element{{el("\x00\xff\x00", 0, 0, t0), el(strings.Repeat("x", 4<<20), 0, 1, t0), el("ключ", 0, 2, t0),

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/tinylib/msgp/msgp"
 	"golang.org/x/sync/errgroup"
@@ -119,7 +120,10 @@ func (f *Filter) prepare(b *batch, elems []Element) error {
 	now := f.cfg.Now()
 	w := f.cfg.Windows
 	futureLimit := w.Bucket(now.Add(f.cfg.MaxFutureSkew))
-	nowUnix := now.Unix()
+	// An element is Late from its Deadline on, its bucket's end plus MaxLag:
+	// when its bucket ended by lateEnd. Both are whole seconds, so comparing
+	// with the clock's second is exact.
+	lateEnd := now.Unix() - int64(w.MaxLag/time.Second)
 	b.items = slices.Grow(b.items[:0], len(elems))[:len(elems)]
 	b.order = slices.Grow(b.order[:0], len(elems))[:len(elems)]
 	for i := range elems {
@@ -139,10 +143,10 @@ func (f *Filter) prepare(b *batch, elems []Element) error {
 		switch {
 		case it.bucket > futureLimit:
 			it.filtered, it.unfilt = false, Future
-		case w.ExpireAt(it.bucket) <= nowUnix:
+		case (it.bucket+1)*w.seconds() <= lateEnd:
 			it.filtered, it.unfilt = false, Late
 		default:
-			it.filtered = true
+			it.filtered, it.unfilt = true, 0
 		}
 		f.locate(e.ID, &it.loc)
 		b.order[i] = i
@@ -270,15 +274,27 @@ func (f *Filter) encode(b *batch, order []int) int64 {
 		return cmp.Or(cmp.Compare(x.bucket, y.bucket), cmp.Compare(x.shard, y.shard))
 	})
 	lastByte := strconv.FormatUint(f.plan.ShardBits-8, 10)
-	recordExpire := f.cfg.Now().Unix() + int64((w.Retention()+w.Length)/1e9)
-	b.buckets = msgp.AppendArrayHeader(b.buckets[:0], uint32(4*len(b.bgroups)))
+	now := f.cfg.Now()
+	recordExpire := now.Unix() + int64((w.Retention()+w.Length)/1e9)
+	current := w.Bucket(now)
+	b.buckets = msgp.AppendArrayHeader(b.buckets[:0], uint32(5*len(b.bgroups)))
 	for _, g := range b.bgroups {
-		prev := 0
+		// Rolling mode tests the previous bucket, where an earlier copy
+		// may be. Once the next bucket has begun by the clock, a later
+		// copy may have been decided first (partitions of a backlog are
+		// read at different paces), so the next bucket is tested too: the
+		// verdicts are then the same in whatever order copies are decided.
+		// Live input, decided within its bucket, skips that read.
+		prev, next := 0, 0
 		if w.Mode == Rolling {
 			prev = b.key(f.FilterKey(g.shard, g.bucket-1))
+			if g.bucket < current {
+				next = b.key(f.FilterKey(g.shard, g.bucket+1))
+			}
 		}
 		b.buckets = msgp.AppendInt(b.buckets, b.key(f.FilterKey(g.shard, g.bucket)))
 		b.buckets = msgp.AppendInt(b.buckets, prev)
+		b.buckets = msgp.AppendInt(b.buckets, next)
 		b.buckets = msgp.AppendString(b.buckets, strconv.FormatInt(w.ExpireAt(g.bucket), 10))
 		b.buckets = msgp.AppendString(b.buckets, lastByte)
 		recordExpire = max(recordExpire, w.ExpireAt(g.bucket))
@@ -348,7 +364,10 @@ func (f *Filter) decode(b *batch, order []int, res string, out []Verdict) error 
 		case 'U':
 			v = b.items[i].unfilt
 		case 'n':
-			v = ReplayedFirstSeen
+			// Decided forward before, and now beyond the bound: Late (or
+			// Future) again, so that what the caller does with such events
+			// is the same on a replay.
+			v = cmp.Or(b.items[i].unfilt, ReplayedFirstSeen)
 		case 'd':
 			v = ReplayedDuplicate
 		case 'u':

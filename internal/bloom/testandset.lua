@@ -13,8 +13,9 @@
 -- ARGV[5] msgpack strings: per filtered element, the bit offset of each word.
 -- ARGV[6] words per element.
 -- ARGV[7] msgpack per bucket group, in ascending bucket order: filter key
---         index, previous bucket's key index (0: none), expiry (Unix time),
---         bit offset of the key's last byte.
+--         index, previous bucket's key index (0: none), next bucket's key
+--         index (0: none), expiry (Unix time), bit offset of the key's last
+--         byte.
 -- Returns one character per element: N new, D duplicate, U new and not
 -- filtered, n/d a replay decided new/duplicate before, u a replay older
 -- than the record.
@@ -88,7 +89,8 @@ local function expireNotBefore(key, at)
 	end
 end
 
-local nb = #buckets / 4
+local BG = 5 -- entries per bucket group
+local nb = #buckets / BG
 local fresh, nfresh = {}, {}
 for g = 1, nb do fresh[g], nfresh[g] = {}, 0 end
 
@@ -144,49 +146,63 @@ local writes, nwrites = {}, 0
 for g = 1, nb do
 	local xs, n = fresh[g], nfresh[g]
 	if n > 0 then
-		local keyIdx, prevIdx = buckets[4 * g - 3], buckets[4 * g - 2]
+		local keyIdx = buckets[BG * g - 4]
 		local vals = getWords(KEYS[keyIdx], xs, n, 1, W)
 
 		-- Elements not in their own bucket before this batch are tested
-		-- against the previous one: the first word for all, the other words
-		-- only where the first holds.
-		local inPrev = {}
-		if prevIdx > 0 then
-			local prevCache = caches[prevIdx] or {}
-			local cand, nc = {}, 0
-			for k = 1, n do
-				local x = xs[k]
-				local base, vb = (x - 1) * stride + 1, (k - 1) * W
-				for j = 1, W do
-					if not holds(vals[vb + j], el[base + 1 + j]) then
-						nc = nc + 1
-						cand[nc] = x
-						break
-					end
+		-- against the neighbours given (the previous bucket; the next one
+		-- when the input is read late, so that copies decided out of
+		-- event-time order still meet): the first word for all, the other
+		-- words only where the first holds.
+		local inOther = {}
+		local prevIdx, nextIdx = buckets[BG * g - 3], buckets[BG * g - 2]
+		local cand, nc = {}, 0
+		for k = 1, (prevIdx + nextIdx > 0) and n or 0 do
+			local x = xs[k]
+			local base, vb = (x - 1) * stride + 1, (k - 1) * W
+			for j = 1, W do
+				if not holds(vals[vb + j], el[base + 1 + j]) then
+					nc = nc + 1
+					cand[nc] = x
+					break
 				end
 			end
-			local first = getWords(KEYS[prevIdx], cand, nc, 1, 1)
-			local more, nm = {}, 0
-			for i = 1, nc do
-				local x = cand[i]
-				local base = (x - 1) * stride + 1
-				if holds(prevCache[wordOffs[wordBase[x] + 1]] or first[i], el[base + 2]) then
-					nm = nm + 1
-					more[nm] = x
-				end
-			end
-			local rest = W > 1 and getWords(KEYS[prevIdx], more, nm, 2, W) or {}
-			for i = 1, nm do
-				local x = more[i]
-				local base, wb, rb = (x - 1) * stride + 1, wordBase[x], (i - 1) * (W - 1) - 1
-				local all = true
-				for j = 2, W do
-					if not holds(prevCache[wordOffs[wb + j]] or rest[rb + j], el[base + 1 + j]) then
-						all = false
-						break
+		end
+		for _, otherIdx in ipairs({ prevIdx, nextIdx }) do
+			if otherIdx > 0 and nc > 0 then
+				local oc = caches[otherIdx] or {}
+				local first = getWords(KEYS[otherIdx], cand, nc, 1, 1)
+				local more, nm = {}, 0
+				for i = 1, nc do
+					local x = cand[i]
+					local base = (x - 1) * stride + 1
+					if holds(oc[wordOffs[wordBase[x] + 1]] or first[i], el[base + 2]) then
+						nm = nm + 1
+						more[nm] = x
 					end
 				end
-				inPrev[x] = all
+				local rest = W > 1 and getWords(KEYS[otherIdx], more, nm, 2, W) or {}
+				for i = 1, nm do
+					local x = more[i]
+					local base, wb, rb = (x - 1) * stride + 1, wordBase[x], (i - 1) * (W - 1) - 1
+					local all = true
+					for j = 2, W do
+						if not holds(oc[wordOffs[wb + j]] or rest[rb + j], el[base + 1 + j]) then
+							all = false
+							break
+						end
+					end
+					inOther[x] = all or nil
+				end
+				-- The next neighbour tests only what this one did not hold.
+				local left, nl = {}, 0
+				for i = 1, nc do
+					if not inOther[cand[i]] then
+						nl = nl + 1
+						left[nl] = cand[i]
+					end
+				end
+				cand, nc = left, nl
 			end
 		end
 
@@ -204,7 +220,7 @@ for g = 1, nb do
 					break
 				end
 			end
-			if found or inPrev[x] then
+			if found or inOther[x] then
 				verdict[x] = 'D'
 			else
 				verdict[x] = 'N'
@@ -226,7 +242,7 @@ for g = 1, nb do
 			end
 		end
 		nwrites = nwrites + 1
-		writes[nwrites] = { KEYS[keyIdx], c, dirty, nd, buckets[4 * g - 1], buckets[4 * g] }
+		writes[nwrites] = { KEYS[keyIdx], c, dirty, nd, buckets[BG * g - 1], buckets[BG * g] }
 	end
 end
 

@@ -43,10 +43,17 @@ func ParseMode(s string) (Mode, error) {
 type Windows struct {
 	Length time.Duration
 	Mode   Mode
-	// Grace keeps a bucket this long after it stops being tested, so events
-	// that arrive late are still deduplicated.
-	Grace time.Duration
+	// MaxLag is how far behind the clock an event may be processed with its
+	// deduplication intact: every bucket's keys live until MaxLag past the
+	// last instant that tests them (see Late). It is what a replica may fall
+	// behind, or how long every replica may be down, without letting
+	// duplicates through.
+	MaxLag time.Duration
 }
+
+// MaxMaxLag is the largest lag bound: a month, as for the window. Memory
+// usually binds earlier (Live counts the buckets the bound keeps).
+const MaxMaxLag = 31 * 24 * time.Hour
 
 func (w Windows) seconds() int64 { return int64(w.Length / time.Second) }
 
@@ -63,28 +70,41 @@ func (w Windows) Bucket(t time.Time) int64 {
 // Start is the first instant of bucket b.
 func (w Windows) Start(b int64) time.Time { return time.Unix(b*w.seconds(), 0).UTC() }
 
-// ExpireAt is the Unix time at which bucket b's keys expire: at its end, plus
-// one window in rolling mode (the next bucket tests it), plus Grace.
+// ExpireAt is the Unix time at which bucket b's keys expire: MaxLag after
+// the last instant an event tests them, which is the bucket's end, or in
+// Rolling mode the next bucket's end (the next bucket tests it too).
 func (w Windows) ExpireAt(b int64) int64 {
 	end := (b + 1) * w.seconds()
 	if w.Mode == Rolling {
 		end += w.seconds()
 	}
-	return end + int64(w.Grace/time.Second)
+	return end + int64(w.MaxLag/time.Second)
 }
 
-// Live is how many buckets of keys exist at once in steady state: the
-// current one, the next one once preallocated, in Rolling mode the previous
-// one (still tested), and with Grace one more lingering.
+// Deadline is the instant from which an event of time t is Late: MaxLag
+// after the end of its bucket, when the oldest key it is tested against
+// expires (in Rolling mode, the previous bucket's). So every event processed
+// at most MaxLag after its event time is deduplicated, and one early in its
+// bucket up to a window longer.
+func (w Windows) Deadline(t time.Time) time.Time {
+	return time.Unix((w.Bucket(t)+1)*w.seconds()+int64(w.MaxLag/time.Second), 0)
+}
+
+// Late reports whether an event of time t, processed at now, is beyond
+// the lag bound: its keys may be gone, so it cannot be deduplicated.
+func (w Windows) Late(t, now time.Time) bool { return !now.Before(w.Deadline(t)) }
+
+// Live is how many buckets of keys exist at once at most: the current one,
+// the next one once preallocated, in Rolling mode the previous one (still
+// tested), and the ones MaxLag keeps for events processed late, one per
+// window length of MaxLag, rounded up (a 10-minute window and a 1-hour
+// bound keep six more).
 func (w Windows) Live() int {
 	n := 2
 	if w.Mode == Rolling {
 		n++
 	}
-	if w.Grace > 0 {
-		n++
-	}
-	return n
+	return n + int((w.MaxLag+w.Length-1)/w.Length)
 }
 
 // Retention is how long a bucket's keys live after the bucket starts.
@@ -99,8 +119,8 @@ func (w Windows) validate() error {
 	if w.Mode != Rolling && w.Mode != Fixed {
 		return fmt.Errorf("window mode is %d, want rolling or fixed", w.Mode)
 	}
-	if w.Grace < 0 || w.Grace%time.Second != 0 || w.Grace > w.Length*10 {
-		return fmt.Errorf("window grace is %v, want whole seconds from 0 to 10 windows", w.Grace)
+	if w.MaxLag < 0 || w.MaxLag%time.Second != 0 || w.MaxLag > MaxMaxLag {
+		return fmt.Errorf("max lag is %v, want whole seconds from 0 to %v", w.MaxLag, MaxMaxLag)
 	}
 	return nil
 }

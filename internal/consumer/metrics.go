@@ -19,7 +19,14 @@ type Metrics struct {
 	// of the output (and dead letters) of its batch.
 	fetchToProduce prometheus.Histogram
 	lag            *prometheus.GaugeVec
+	// eventLag is per event: the clock at its decision less its event time.
+	eventLag prometheus.Histogram
 }
+
+// EventLagBuckets span a second to a week, dense around the lag bounds
+// operators choose (minutes to hours).
+var EventLagBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200, 10800,
+	14400, 21600, 43200, 86400, 172800, 345600, 604800}
 
 // LatencyBuckets are fine enough (25% apart) to read p50 and p99 from.
 var LatencyBuckets = prometheus.ExponentialBuckets(0.0005, 1.25, 40)
@@ -49,9 +56,12 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 		Help: "Per message, from its fetch to the acknowledgement of its batch's output.", ConstLabels: l, Buckets: LatencyBuckets})
 	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_consumer_lag",
 		Help: "Messages behind the partition's high watermark after the last batch this replica processed.", ConstLabels: l}, []string{"partition"})
+	m.eventLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_event_lag_seconds",
+		Help: "Per event, the clock at its decision less its event time (0 for event times ahead of the clock).", ConstLabels: l,
+		Buckets: EventLagBuckets})
 	if reg != nil {
 		reg.MustRegister(m.eventsIn, m.forwarded, m.verdicts, m.deadLettered, m.errors, m.batchSize, m.batchSeconds, m.redisSeconds,
-			m.fetchToProduce, m.lag)
+			m.fetchToProduce, m.lag, m.eventLag)
 	}
 	return m
 }

@@ -60,9 +60,19 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// SessionTimeout of the consumer group. Default: 10s.
 	SessionTimeout time.Duration
-	Extractor      *Extractor
-	Logger         *zap.Logger
-	Metrics        *Metrics
+	// Start is where the group begins when it has no committed offsets.
+	// Default: the earliest offset.
+	Start Start
+	// DeadLetterLate sends events the filter finds Late or Future to the
+	// dead-letter topic (reasons late and future) instead of forwarding
+	// them undeduplicated with the UndeduplicatedHeader.
+	DeadLetterLate bool
+	// Now is the clock of the event-time lag, the filter's. Default: time.Now.
+	Now func() time.Time
+
+	Extractor *Extractor
+	Logger    *zap.Logger
+	Metrics   *Metrics
 
 	// TLS and SASL, when set, secure every connection of the reader.
 	TLS  *tls.Config
@@ -94,6 +104,9 @@ func (c *Config) setDefaults() {
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil, "")
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 }
 
 // Worker is one consumer-group member.
@@ -108,6 +121,8 @@ type Worker struct {
 	bufs   sync.Pool // of *buffers
 	// kafkaLog logs what kafka-go reports, sampled (see Sampled).
 	kafkaLog *zap.Logger
+	// lateLog reports events beyond the lag bound, sampled.
+	lateLog *zap.Logger
 	// lagSeen is when each partition's lag was last set (deliver only).
 	lagSeen map[int]time.Time
 }
@@ -121,7 +136,7 @@ func New(cfg Config, filter Filter, out, dlq Producer) (*Worker, error) {
 	if len(cfg.Brokers) == 0 || cfg.Topic == "" || cfg.GroupID == "" {
 		return nil, errors.New("consumer: brokers, topic and group are required")
 	}
-	w := &Worker{cfg: cfg, filter: filter, out: out, dlq: dlq, log: cfg.Logger, m: cfg.Metrics}
+	w := &Worker{cfg: cfg, filter: filter, out: out, dlq: dlq, log: cfg.Logger, m: cfg.Metrics, lateLog: Sampled(cfg.Logger)}
 	w.bufs.New = func() any {
 		n := cfg.BatchSize
 		return &buffers{batch: make([]kafka.Message, 0, n), fetched: make([]time.Time, 0, n),
@@ -145,6 +160,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	kl := w.log.With(zap.String("topic", w.cfg.Topic), zap.String("group", w.cfg.GroupID))
 	gl := Sampled(kl)
 	w.kafkaLog = gl
+	if err := w.retry(ctx, "setting the start offsets", func(ctx context.Context) error {
+		cl := &kafka.Client{Addr: kafka.TCP(w.cfg.Brokers...), Timeout: w.cfg.KafkaTimeout,
+			Transport: &kafka.Transport{DialTimeout: w.cfg.KafkaTimeout, TLS: w.cfg.TLS, SASL: w.cfg.SASL, ClientID: ClientID(w.cfg.GroupID)}}
+		defer cl.Transport.(*kafka.Transport).CloseIdleConnections()
+		set, err := SetStart(ctx, cl, w.cfg.GroupID, w.cfg.Topic, w.cfg.Start, w.cfg.KafkaTimeout)
+		if set {
+			kl.Info("new consumer group: start offsets committed", zap.Stringer("start", w.cfg.Start))
+		}
+		return err
+	}); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:  w.cfg.Brokers,
 		GroupID:  w.cfg.GroupID,
@@ -380,22 +410,61 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 	hb := &b.hb
 	hb.reset()
 	var counts [bloom.Future + 1]int
+	now := w.cfg.Now()
+	firstLate := -1
 	for k, v := range verdicts {
 		counts[v]++
-		if v.Forward() {
-			m := &batch[idx[k]]
+		w.m.eventLag.Observe(max(now.Sub(elems[k].Time), 0).Seconds())
+		m := &batch[idx[k]]
+		id := kafka.Header{Key: sink.IDHeader, Value: elems[k].ID}
+		switch {
+		case v == bloom.Late || v == bloom.Future:
+			if firstLate < 0 {
+				firstLate = k
+			}
+			if w.cfg.DeadLetterLate {
+				dead = append(dead, deadLetter(m, fmt.Errorf("%w; event time %s", beyondBound(v), elems[k].Time.UTC().Format(time.RFC3339Nano))))
+				w.m.deadLettered.WithLabelValues(reasonLabel(beyondBound(v))).Inc()
+				continue
+			}
 			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
-				Headers: hb.with(m, kafka.Header{Key: sink.IDHeader, Value: elems[k].ID})})
+				Headers: hb.with(m, id, kafka.Header{Key: sink.UndeduplicatedHeader, Value: []byte(v.String())})})
+		case v.Forward():
+			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time, Headers: hb.with(m, id)})
 		}
 	}
-	b.out = out
+	b.out, b.dead = out, dead
 	for v, n := range counts {
 		if n > 0 {
 			w.m.verdicts.WithLabelValues(bloom.Verdict(v).String()).Add(float64(n))
 		}
 	}
+	if firstLate >= 0 {
+		e := elems[firstLate]
+		action := "forwarded undeduplicated"
+		if w.cfg.DeadLetterLate {
+			action = "dead-lettered"
+		}
+		w.lateLog.Warn("events beyond the lag bound "+action, zap.Int("late", counts[bloom.Late]), zap.Int("future", counts[bloom.Future]),
+			zap.Stringer("first", e.Source), zap.Time("first_event_time", e.Time), zap.Duration("first_lag", now.Sub(e.Time)))
+	}
 	return nil
 }
+
+// beyondBound is the dead-letter reason of a Late or Future verdict.
+func beyondBound(v bloom.Verdict) error {
+	if v == bloom.Future {
+		return ErrFuture
+	}
+	return ErrLate
+}
+
+// The dead-letter reasons of events beyond the lag bound, under
+// DeadLetterLate.
+var (
+	ErrLate   = errors.New("late: processed after the lag bound (max lag past the end of its event time's window), not deduplicated")
+	ErrFuture = errors.New("future: event time further ahead of the clock than one window, not deduplicated")
+)
 
 // deliver produces a decided batch's output and dead letters, retrying
 // until acknowledged or ctx ends, then commits its offsets.
@@ -540,7 +609,7 @@ func source(m *kafka.Message) kafka.Header {
 
 // headerBuf hands out the headers of forwarded messages from a few large
 // blocks instead of several small allocations per message: the input's
-// headers, then dedupe-source, then extra. The ID aliases the input
+// headers, then dedupe-source, then the extra ones. The ID aliases the input
 // message, which lives as long as the batch. A block that fills up is
 // left to the messages that use it and replaced by one twice as large, so
 // after a few batches one block holds a whole batch and reset reuses it.
@@ -555,8 +624,8 @@ func (b *headerBuf) reset() {
 	b.headers, b.bytes = b.headers[:0], b.bytes[:0]
 }
 
-func (b *headerBuf) with(m *kafka.Message, extra kafka.Header) []kafka.Header {
-	n := len(m.Headers) + 2
+func (b *headerBuf) with(m *kafka.Message, extra ...kafka.Header) []kafka.Header {
+	n := len(m.Headers) + 1 + len(extra)
 	if cap(b.headers)-len(b.headers) < n {
 		b.headers = make([]kafka.Header, 0, max(n, 2*cap(b.headers), 256))
 	}
@@ -568,7 +637,8 @@ func (b *headerBuf) with(m *kafka.Message, extra kafka.Header) []kafka.Header {
 	src := b.bytes[start:len(b.bytes):len(b.bytes)]
 	first := len(b.headers)
 	b.headers = append(b.headers, m.Headers...)
-	b.headers = append(b.headers, kafka.Header{Key: sink.SourceHeader, Value: src}, extra)
+	b.headers = append(b.headers, kafka.Header{Key: sink.SourceHeader, Value: src})
+	b.headers = append(b.headers, extra...)
 	return b.headers[first:len(b.headers):len(b.headers)]
 }
 
@@ -606,6 +676,7 @@ var reasons = []struct {
 }{
 	{ErrNotJSON, "not_json"}, {ErrTooDeep, "too_deep"}, {ErrNoID, "no_id"}, {ErrEmptyID, "empty_id"},
 	{ErrBadID, "bad_id"}, {ErrNoTime, "no_time"}, {ErrBadTime, "bad_time"}, {ErrInvalidUTF8, "invalid_utf8"}, {ErrTooLarge, "too_large"},
+	{ErrLate, "late"}, {ErrFuture, "future"},
 }
 
 func reasonLabel(err error) string {

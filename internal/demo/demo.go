@@ -162,7 +162,7 @@ func workerConfig(o Options, brokers []string, redisAddr, httpAddr string) confi
 	return config.Config{
 		Pipeline: "demo", KafkaBrokers: brokers, InputTopic: InputTopic, OutputTopic: OutputTopic, DLQTopic: DLQTopic,
 		GroupID: Group, RedisAddrs: []string{redisAddr}, IDField: "click_id", TimeField: "ts",
-		Window: o.Window, WindowMode: "rolling", WindowGrace: min(time.Minute, o.Window),
+		Window: o.Window, WindowMode: "rolling", MaxLag: time.Hour, LatePolicy: config.LateForward, StartOffset: "earliest",
 		ExpectedPerWindow: o.Expected, FalsePositiveRate: o.P, Shards: 1, BatchSize: 1000, BatchLinger: 100 * time.Millisecond,
 		HTTPAddr: httpAddr, LogLevel: "warn", RedisTimeout: 5 * time.Second, KafkaTimeout: 10 * time.Second,
 		KafkaSessionTimeout: 3 * time.Second, ShutdownTimeout: 10 * time.Second,

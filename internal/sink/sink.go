@@ -27,6 +27,10 @@ const (
 	IDHeader = "dedupe-id"
 	// ErrorHeader carries the reason a message was dead-lettered.
 	ErrorHeader = "dedupe-error"
+	// UndeduplicatedHeader marks a message forwarded without
+	// deduplication because it was beyond the lag bound: "late" or
+	// "future". A copy of it may have been forwarded before.
+	UndeduplicatedHeader = "dedupe-undeduplicated"
 )
 
 // MaxBatchBytes bounds a produce request per partition, which is one

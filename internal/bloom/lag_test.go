@@ -1,0 +1,215 @@
+package bloom
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"dedupe-worker/internal/testenv"
+)
+
+// The lag bound at its edges. An event is decided first on time; a copy
+// of it (same ID and event time, next offset) is decided later, with the
+// filter's clock moved on: up to the event's Deadline it is caught, from
+// the Deadline on it is Late. The keys it is tested against must live
+// exactly until the Deadline, so the verdict and Redis agree on the edge.
+func TestLagBoundEdges(t *testing.T) {
+	c := testenv.RedisClient(t, testenv.Redis(t))
+	const (
+		w   = 10 * time.Minute
+		lag = time.Hour
+	)
+	// An event time three minutes into a bucket that ended before the
+	// present, so the edges below lie within about an hour of the real
+	// clock (Redis expires keys by its own).
+	at := testenv.Now().Truncate(w).Add(-2 * w).Add(3 * time.Minute)
+	end := at.Truncate(w).Add(w)
+	type step struct {
+		name  string
+		clock time.Time
+		want  Verdict
+	}
+	for _, mode := range []Mode{Rolling, Fixed} {
+		for _, s := range []step{
+			{"exactly MaxLag after the event time", at.Add(lag), Duplicate},
+			{"one second before the deadline", end.Add(lag - time.Second), Duplicate},
+			{"at the deadline", end.Add(lag), Late},
+			{"one second past the deadline", end.Add(lag + time.Second), Late},
+		} {
+			t.Run(mode.String()+": "+s.name, func(t *testing.T) {
+				if err := c.FlushAll(t.Context()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				clock := at
+				f := newClockFilter(t, c, &clock, Windows{Length: w, Mode: mode, MaxLag: lag})
+				if d := f.cfg.Windows.Deadline(at); !d.Equal(end.Add(lag)) {
+					t.Fatalf("deadline %v, want %v", d, end.Add(lag))
+				}
+				if got := verdicts(t, f, el("a", 0, 0, at)); got[0] != FirstSeen {
+					t.Fatalf("on time: %v", got)
+				}
+				clock = s.clock
+				if got := verdicts(t, f, el("a", 0, 1, at)); got[0] != s.want {
+					t.Errorf("copy decided %v after the event time: %v, want %v", s.clock.Sub(at), got[0], s.want)
+				}
+				// The oldest key the copy is tested against expires at the
+				// deadline: in Rolling mode the previous bucket's.
+				b := f.cfg.Windows.Bucket(at)
+				oldest := b
+				if mode == Rolling {
+					oldest = b - 1
+				}
+				if got := f.cfg.Windows.ExpireAt(oldest); got != end.Add(lag).Unix() {
+					t.Errorf("bucket %d expires at %d, want the deadline %d", oldest, got, end.Add(lag).Unix())
+				}
+				var loc location
+				f.locate([]byte("a"), &loc)
+				assertExpireTime(t, c, f.FilterKey(loc.shard, b), f.cfg.Windows.ExpireAt(b))
+				// The decision records outlive every filter key they guard.
+				rec, err := c.ExpireTime(t.Context(), f.RecordKey(loc.shard, "t", 0)).Result()
+				if err != nil || rec < time.Duration(f.cfg.Windows.ExpireAt(b))*time.Second {
+					t.Errorf("record expires at %v (error %v), before the filter key at %d", rec, err, f.cfg.Windows.ExpireAt(b))
+				}
+				// A replay of either offset now gets the recorded decision,
+				// or Late for a forwarded one past the deadline.
+				got := verdicts(t, f, el("a", 0, 0, at), el("a", 0, 1, at))
+				want := []Verdict{ReplayedFirstSeen, ReplayedDuplicate}
+				if s.want == Late {
+					want = []Verdict{Late, Late}
+				}
+				if !same(got, want) {
+					t.Errorf("replay: %v, want %v", got, want)
+				}
+			})
+		}
+	}
+
+	// Rolling mode: a copy in the next bucket, decided one second before
+	// its own deadline, is tested against this bucket, whose keys live
+	// until then.
+	t.Run("rolling: a copy from the next bucket at its deadline", func(t *testing.T) {
+		if err := c.FlushAll(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		clock := at
+		f := newClockFilter(t, c, &clock, Windows{Length: w, Mode: Rolling, MaxLag: lag})
+		later := at.Add(w)
+		verdicts(t, f, el("a", 0, 0, at))
+		clock = f.cfg.Windows.Deadline(later).Add(-time.Second)
+		if got := verdicts(t, f, el("a", 0, 1, later)); got[0] != Duplicate {
+			t.Errorf("%v", got)
+		}
+	})
+}
+
+// A backlog decided long after its event times, within the bound, gets the
+// verdicts it gets live: the same elements through two filters, one with
+// the clock at the event times, one an hour less a minute later.
+func TestBacklogDecidedAsLive(t *testing.T) {
+	c := testenv.RedisClient(t, testenv.Redis(t))
+	at := testenv.Now().Add(-59 * time.Minute)
+	es := stream(6000, 4, 5, at)
+	for i := range es {
+		// Event times spread over ten minutes, so two buckets are involved.
+		es[i].Time = at.Add(time.Duration(i) * 100 * time.Millisecond)
+	}
+	run := func(pipeline string, lateBy time.Duration) []Verdict {
+		clock := at
+		f := newClockFilter(t, c, &clock, Windows{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour}, func(cfg *Config) { cfg.Pipeline = pipeline })
+		var out []Verdict
+		for i := 0; i < len(es); i += 500 {
+			part := es[i:min(i+500, len(es))]
+			clock = part[len(part)-1].Time.Add(lateBy)
+			out = append(out, verdicts(t, f, part...)...)
+		}
+		return out
+	}
+	live, backlog := run("live", 0), run("backlog", 59*time.Minute)
+	dups := 0
+	for _, v := range live {
+		if v == Duplicate {
+			dups++
+		}
+	}
+	if dups == 0 {
+		t.Fatal("the stream has no duplicates: nothing compared")
+	}
+	if !same(live, backlog) {
+		t.Errorf("backlog verdicts differ from live ones")
+	}
+}
+
+// The capacity check counts the buckets the lag bound keeps alive.
+func TestCheckCapacityCountsTheLagBound(t *testing.T) {
+	c := testenv.RedisClient(t, testenv.Redis(t))
+	clock := testenv.Now()
+	plan, err := NewPlan(1_000_000, 1e-6, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	win := Windows{Length: 10 * time.Minute, Mode: Rolling}
+	if win.Live() != 3 {
+		t.Fatalf("live buckets without a lag bound: %d, want 3", win.Live())
+	}
+	// Room for five buckets: enough without a bound, not with one hour.
+	configSet(t, c, "maxmemory", strconv.FormatUint(5*plan.Memory, 10))
+	withPlan := func(cfg *Config) { cfg.Plan = plan }
+	if err := newClockFilter(t, c, &clock, win, withPlan).CheckCapacity(t.Context()); err != nil {
+		t.Errorf("three buckets in room for five: %v", err)
+	}
+	win.MaxLag = time.Hour
+	if win.Live() != 9 {
+		t.Fatalf("live buckets with a 1h bound: %d, want 9", win.Live())
+	}
+	if err := newClockFilter(t, c, &clock, win, withPlan).CheckCapacity(t.Context()); !errors.Is(err, ErrInvalidPlan) {
+		t.Errorf("nine buckets in room for five: %v", err)
+	}
+}
+
+// TestWindowsLive covers the bucket count for the shapes operators use.
+func TestWindowsLive(t *testing.T) {
+	for _, tc := range []struct {
+		w    Windows
+		want int
+	}{
+		{Windows{Length: 10 * time.Minute, Mode: Rolling}, 3},
+		{Windows{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour}, 9},
+		{Windows{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour + time.Second}, 10},
+		{Windows{Length: 10 * time.Minute, Mode: Fixed, MaxLag: 7 * 24 * time.Hour}, 2 + 1008},
+		{Windows{Length: 24 * time.Hour, Mode: Fixed, MaxLag: time.Hour}, 3},
+		{Windows{Length: 24 * time.Hour, Mode: Rolling, MaxLag: 7 * 24 * time.Hour}, 10},
+	} {
+		if got := tc.w.Live(); got != tc.want {
+			t.Errorf("%v %v, max lag %v: %d live buckets, want %d", tc.w.Length, tc.w.Mode, tc.w.MaxLag, got, tc.want)
+		}
+	}
+}
+
+// newClockFilter is a filter of pipeline "test" for 10,000 IDs at 1e-6
+// whose clock is *clock.
+func newClockFilter(t testing.TB, c redis.UniversalClient, clock *time.Time, win Windows, mutate ...func(*Config)) *Filter {
+	t.Helper()
+	return newFilter(t, c, time.Time{}, 10_000, 1e-6, func(cfg *Config) {
+		cfg.Windows = win
+		cfg.Now = func() time.Time { return *clock }
+		for _, m := range mutate {
+			m(cfg)
+		}
+	})
+}
+
+// assertExpireTime fails unless key exists and expires at the Unix time want.
+func assertExpireTime(t testing.TB, c *redis.Client, key string, want int64) {
+	t.Helper()
+	got, err := c.ExpireTime(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != time.Duration(want)*time.Second {
+		t.Errorf("%s expires at %v, want %d", key, got, want)
+	}
+}
