@@ -37,6 +37,9 @@ type options struct {
 	p       float64
 	methods string
 	seed    uint64
+	// backlog stamps the IDs a day before the clock, in a bucket that has
+	// ended, as a backlog read after an outage.
+	backlog bool
 }
 
 func main() {
@@ -48,6 +51,7 @@ func main() {
 	flag.Float64Var(&o.p, "p", 1e-6, "target false-positive rate")
 	flag.StringVar(&o.methods, "methods", "engine-rolling,engine-fixed,setnx,naive", "methods to run, comma-separated")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the ID stream")
+	flag.BoolVar(&o.backlog, "backlog", false, "stamp the IDs a day back, in a window that has ended (a backlog; a 48h lag bound keeps it)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bloom-bench:", err)
@@ -241,7 +245,11 @@ func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode)
 		return result{}, err
 	}
 	now := time.Now()
-	f, err := bloom.New(c, bloom.Config{Pipeline: "bench", Plan: plan, Windows: bloom.Windows{Length: 24 * time.Hour, Mode: mode},
+	at, lag := now, time.Duration(0)
+	if o.backlog {
+		at, lag = now.Add(-24*time.Hour), 48*time.Hour
+	}
+	f, err := bloom.New(c, bloom.Config{Pipeline: "bench", Plan: plan, Windows: bloom.Windows{Length: 24 * time.Hour, Mode: mode, MaxLag: lag},
 		Now: func() time.Time { return now }})
 	if err != nil {
 		return result{}, err
@@ -249,7 +257,7 @@ func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode)
 	// Memory is counted from before the keys are made: the value sent to
 	// preallocate them sits in a client buffer for a while.
 	mem0 := usedMemory(ctx, c)
-	if err := f.Preallocate(ctx, now); err != nil {
+	if err := f.Preallocate(ctx, at); err != nil {
 		return result{}, err
 	}
 	s := &stream{rng: rand.New(rand.NewPCG(o.seed, 2)), dup: o.dup}
@@ -265,7 +273,7 @@ func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode)
 		for i := 0; i < k; i++ {
 			id, j := s.next()
 			p := int32((done + i) % partitions)
-			elems[i] = bloom.Element{ID: id, Time: now, Source: bloom.Source{Topic: "clicks", Partition: p, Offset: offsets[p]}}
+			elems[i] = bloom.Element{ID: id, Time: at, Source: bloom.Source{Topic: "clicks", Partition: p, Offset: offsets[p]}}
 			offsets[p]++
 			idx[i] = j
 		}

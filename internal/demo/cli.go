@@ -29,6 +29,8 @@ func RunDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.P, "p", 1e-6, "target false-positive rate of the filter at its capacity")
 	fs.Int64Var(&o.Expected, "expected", 0, "filter capacity in distinct IDs per window (0: the distinct IDs this run will have)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the click generator")
+	fs.DurationVar(&o.Behind, "behind", 0, "stamp the events this long before the clock: a backlog read after an outage")
+	fs.DurationVar(&o.MaxLag, "max-lag", time.Hour, "the workers' lag bound, DEDUPE_MAX_LAG")
 	fs.BoolVar(&o.Verbose, "v", false, "show the workers' warnings as they are logged")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -77,8 +79,9 @@ func (r *Result) Print(w io.Writer) {
 	o, pl := r.Options, r.Plan
 	fmt.Fprintf(w, "dedupe-worker demo: %s click events (%s%% repeats, %s%% malformed) through %d worker replicas in one group, %d input partitions\n",
 		group3(int64(r.Events)), percent(o.Dup), percent(o.Bad), Replicas, r.Partitions)
-	fmt.Fprintf(w, "filter: %s distinct IDs per %v rolling window at p = %g; %d words x %d bits per ID, %d shard(s), %s bits (%.1f per ID at capacity), achieved p %.2g at capacity\n\n",
+	fmt.Fprintf(w, "filter: %s distinct IDs per %v rolling window at p = %g; %d words x %d bits per ID, %d shard(s), %s bits (%.1f per ID at capacity), achieved p %.2g at capacity\n",
 		group3(pl.Elements), o.Window, pl.TargetFPR, pl.Layout.Words, pl.Layout.BitsPerWord, pl.Shards, group3(int64(pl.Bits())), pl.BitsPerElement(), pl.AchievedFPR)
+	fmt.Fprintf(w, "event times %v behind the clock; lag bound %v\n\n", o.Behind, o.MaxLag)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }

@@ -51,6 +51,9 @@ type Options struct {
 	N        int           // events to produce
 	Dup, Bad float64       // shares of repeated and malformed events
 	Window   time.Duration // deduplication window
+	// Behind stamps the events this long before the clock, as a backlog
+	// read after an outage; MaxLag is the workers' lag bound (default 1h).
+	Behind, MaxLag time.Duration
 	P        float64       // target false-positive rate
 	// Expected is the filter's capacity: distinct IDs per window. 0 sizes
 	// it for the distinct IDs the run is expected to have, so the filter
@@ -73,6 +76,9 @@ func (o *Options) setDefaults() {
 	if o.Seed == 0 {
 		o.Seed = 1
 	}
+	if o.MaxLag == 0 {
+		o.MaxLag = time.Hour
+	}
 }
 
 func (o Options) validate() error {
@@ -83,6 +89,10 @@ func (o Options) validate() error {
 		return fmt.Errorf("-dup %g, -bad %g: want shares from 0 to below 1, together below 1", o.Dup, o.Bad)
 	case o.Window < time.Second || o.Window%time.Second != 0 || o.Window > 744*time.Hour:
 		return fmt.Errorf("-window %v: want whole seconds from 1s to 744h", o.Window)
+	case o.Behind < 0 || o.Behind > 744*time.Hour:
+		return fmt.Errorf("-behind %v: want 0 to 744h", o.Behind)
+	case o.MaxLag < time.Second || o.MaxLag%time.Second != 0 || o.MaxLag > 744*time.Hour:
+		return fmt.Errorf("-max-lag %v: want whole seconds from 1s to 744h", o.MaxLag)
 	case !(o.P >= 1e-12 && o.P < 1):
 		return fmt.Errorf("-p %g: want at least 1e-12 and below 1", o.P)
 	case o.Expected < 1 || o.Expected > 1e12:
@@ -162,7 +172,7 @@ func workerConfig(o Options, brokers []string, redisAddr, httpAddr string) confi
 	return config.Config{
 		Pipeline: "demo", KafkaBrokers: brokers, InputTopic: InputTopic, OutputTopic: OutputTopic, DLQTopic: DLQTopic,
 		GroupID: Group, RedisAddrs: []string{redisAddr}, IDField: "click_id", TimeField: "ts",
-		Window: o.Window, WindowMode: "rolling", MaxLag: time.Hour, LatePolicy: config.LateForward, StartOffset: "earliest",
+		Window: o.Window, WindowMode: "rolling", MaxLag: o.MaxLag, LatePolicy: config.LateForward, StartOffset: "earliest",
 		ExpectedPerWindow: o.Expected, FalsePositiveRate: o.P, Shards: 1, BatchSize: 1000, BatchLinger: 100 * time.Millisecond,
 		HTTPAddr: httpAddr, LogLevel: "warn", RedisTimeout: 5 * time.Second, KafkaTimeout: 10 * time.Second,
 		KafkaSessionTimeout: 3 * time.Second, ShutdownTimeout: 10 * time.Second,
@@ -336,7 +346,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	start := time.Now()
 	tr := newTruth(o.N)
 	ends := map[int32]int64{}
-	stream := clicktest.NewStream(o.Dup, o.Bad, o.Seed, nil)
+	stream := clicktest.NewStream(o.Dup, o.Bad, o.Seed, func() time.Time { return time.Now().Add(-o.Behind) })
 	for sent := 0; sent < o.N; {
 		k := min(5000, o.N-sent)
 		evs := make([]clicktest.Event, k)
