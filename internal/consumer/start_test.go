@@ -73,6 +73,21 @@ func (r *startRig) committed(group string) map[int32]int64 {
 
 // commit commits offset on partition of "in" for group as a group with no
 // members does, independently of the code under test.
+// wantCommitted fails the test unless group has committed exactly want,
+// an offset on every partition.
+func (r *startRig) wantCommitted(group string, want map[int32]int64) {
+	r.t.Helper()
+	got := r.committed(group)
+	if len(got) != startPartitions || len(want) != startPartitions {
+		r.t.Fatalf("committed %v, want %v: an offset on each of %d partitions", got, want, startPartitions)
+	}
+	for p, off := range want {
+		if got[p] != off {
+			r.t.Errorf("partition %d: committed %d, want %d", p, got[p], off)
+		}
+	}
+}
+
 func (r *startRig) commit(group string, partition int32, offset int64) {
 	r.t.Helper()
 	req := kmsg.NewPtrOffsetCommitRequest()
@@ -182,15 +197,7 @@ func TestStartLatest(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("SetStart(latest) = %v, %v; want true, nil", ok, err)
 	}
-	got := r.committed("g")
-	if len(got) != startPartitions {
-		t.Fatalf("committed %v, want an offset on each of %d partitions", got, startPartitions)
-	}
-	for p, end := range ends {
-		if got[p] != end {
-			t.Errorf("partition %d: committed %d, want its end %d", p, got[p], end)
-		}
-	}
+	r.wantCommitted("g", ends)
 
 	r.produce(oneOnEach("new")...)
 	rd := kafka.NewReader(kafka.ReaderConfig{
@@ -240,15 +247,7 @@ func TestStartAtTime(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("SetStart(%v) = %v, %v; want true, nil", at, ok, err)
 	}
-	got := r.committed("g")
-	if len(got) != startPartitions {
-		t.Fatalf("committed %v, want an offset on each of %d partitions", got, startPartitions)
-	}
-	for p, off := range want {
-		if got[p] != off {
-			t.Errorf("partition %d: committed %d, want %d", p, got[p], off)
-		}
-	}
+	r.wantCommitted("g", want)
 }
 
 // A group with a commit on any partition is not new: SetStart leaves it
