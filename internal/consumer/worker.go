@@ -463,7 +463,7 @@ func beyondBound(v bloom.Verdict) error {
 // DeadLetterLate.
 var (
 	ErrLate   = errors.New("late: processed after the lag bound (max lag past the end of its event time's window), not deduplicated")
-	ErrFuture = errors.New("future: event time further ahead of the clock than one window, not deduplicated")
+	ErrFuture = errors.New("future: event time beyond the end of the window after the clock's, not deduplicated")
 )
 
 // deliver produces a decided batch's output and dead letters, retrying
@@ -572,8 +572,7 @@ func (w *Worker) retry(ctx context.Context, what string, f func(context.Context)
 			w.ready.Store(true)
 			return nil
 		}
-		if errors.Is(err, bloom.ErrInvalidElement) {
-			// A bug, not an outage: retrying cannot help.
+		if permanent(err) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		w.ready.Store(false)
@@ -583,6 +582,14 @@ func (w *Worker) retry(ctx context.Context, what string, f func(context.Context)
 			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
+}
+
+// permanent reports whether retrying err cannot help: an invalid element
+// is a bug, and a refused authorization stays refused until an operator
+// changes the ACLs.
+func permanent(err error) bool {
+	return errors.Is(err, bloom.ErrInvalidElement) || errors.Is(err, kafka.TopicAuthorizationFailed) ||
+		errors.Is(err, kafka.GroupAuthorizationFailed) || errors.Is(err, kafka.ClusterAuthorizationFailed)
 }
 
 type backoff struct{ next time.Duration }
