@@ -51,8 +51,9 @@ type Config struct {
 	// live this much longer, which costs memory: one more window's filter
 	// per window length of MaxLag. Default: 1h; up to 744h.
 	MaxLag time.Duration `envconfig:"MAX_LAG" default:"1h"`
-	// LatePolicy is what becomes of an event beyond the bound (later than
-	// MaxLag, or further ahead of the clock than one window): forward
+	// LatePolicy is what becomes of an event beyond the bound (decided
+	// more than MaxLag after the end of its window, or stamped beyond the
+	// end of the window after the clock's): forward
 	// (undeduplicated, with the dedupe-undeduplicated header) or
 	// dead-letter (reason late or future). Default: forward.
 	LatePolicy string `envconfig:"LATE_POLICY" default:"forward"`

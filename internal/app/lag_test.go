@@ -117,7 +117,11 @@ func idsOf(recs []*kgo.Record) map[string]bool {
 func TestBacklogIsDeduplicatedAsLive(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"in": 4, "out-live": 4, "out-backlog": 4, "out-replay": 4, "dlq": 1})
 	srv := testenv.Redis(t)
-	from := testenv.Now().Add(-55 * time.Minute)
+	// The backlog is read with the clock of the test's start, so that the
+	// events are 45 to 55 minutes old however long the test takes.
+	now := testenv.Now()
+	atStart := RunAt(func() time.Time { return now })
+	from := now.Add(-55 * time.Minute)
 	recs, pos, tr := lagInput(6000, from)
 
 	cfgFor := func(pipeline, out string) config.Config {
@@ -142,10 +146,10 @@ func TestBacklogIsDeduplicatedAsLive(t *testing.T) {
 	}
 
 	// Backlog: the same offsets in another pipeline, read by two replicas
-	// with the real clock, 45 to 55 minutes after the event times. The
-	// test configuration's lag bound is the default, 1h.
-	a := testenv.StartReplica(t, cfgFor("backlog", "out-backlog"), Run, nil)
-	b := testenv.StartReplica(t, cfgFor("backlog", "out-backlog"), Run, nil)
+	// 45 to 55 minutes after the event times. The test configuration's lag
+	// bound is the default, 1h.
+	a := testenv.StartReplica(t, cfgFor("backlog", "out-backlog"), atStart, nil)
+	b := testenv.StartReplica(t, cfgFor("backlog", "out-backlog"), atStart, nil)
 	settle(t, len(recs), a, b)
 	outLive, outBacklog := k.Read("out-live"), k.Read("out-backlog")
 	for name, out := range map[string][]*kgo.Record{"live": outLive, "backlog": outBacklog} {
@@ -169,7 +173,7 @@ func TestBacklogIsDeduplicatedAsLive(t *testing.T) {
 	// Replay: every offset again, in a new group of the backlog pipeline.
 	rcfg := cfgFor("backlog", "out-replay")
 	rcfg.GroupID = "dedupe-backlog-replay"
-	r := testenv.StartReplica(t, rcfg, Run, nil)
+	r := testenv.StartReplica(t, rcfg, atStart, nil)
 	testenv.Eventually(t, 90*time.Second, "every offset replayed", func() bool {
 		m := r.Metrics()
 		return m.Value("dedupe_verdicts_total", "verdict", "replayed_first_seen")+m.Value("dedupe_verdicts_total", "verdict", "replayed_duplicate") == float64(len(recs)) &&
@@ -208,16 +212,17 @@ func copies(recs []*kgo.Record) []*kgo.Record {
 	return out
 }
 
-// playOutage decides n events live, with the clock a few seconds past
-// their event times 45 minutes ago; then every replica stops, the clock
-// moves on to the present, and copies of those events arrive (as
-// producers that retried during the outage send them) with n new events
-// and n events stamped two hours ahead. It returns the replica that
-// reads after the outage, once it has decided all of that.
-func playOutage(t *testing.T, k *testenv.Kafka, redisAddr string, n int, tune func(*config.Config)) *testenv.Replica {
+// playOutage decides n events stamped at, live, with the clock a few
+// seconds past them; then every replica stops, the clock moves on 45
+// minutes, and copies of those events arrive (as producers that retried
+// during the outage send them) with n new events and n events stamped two
+// hours ahead. It returns the replica that reads after the outage, once it
+// has decided all of that. Redis expires keys by its own clock, so at is
+// chosen so that the keys written live are not past their deadline by the
+// real clock.
+func playOutage(t *testing.T, k *testenv.Kafka, redisAddr string, n int, at time.Time, tune func(*config.Config)) *testenv.Replica {
 	t.Helper()
-	now := testenv.Now()
-	at := now.Add(-45 * time.Minute)
+	now := at.Add(45 * time.Minute)
 	var clock atomic.Int64
 	clock.Store(at.Add(5 * time.Second).UnixNano())
 	run := RunAt(func() time.Time { return time.Unix(0, clock.Load()) })
@@ -252,7 +257,7 @@ func playOutage(t *testing.T, k *testenv.Kafka, redisAddr string, n int, tune fu
 func TestOutageWithinTheBound(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"in": 2, "out": 2, "dlq": 1})
 	const n = 500
-	r := playOutage(t, k, testenv.Redis(t).Addr, n, func(*config.Config) {})
+	r := playOutage(t, k, testenv.Redis(t).Addr, n, testenv.Now().Add(-45*time.Minute), func(*config.Config) {})
 	m := r.Metrics()
 	for verdict, want := range map[string]float64{"duplicate": n, "first_seen": n, "late": 0, "future": n} {
 		if got := m.Value("dedupe_verdicts_total", "verdict", verdict); got != want {
@@ -274,7 +279,7 @@ func TestOutageWithinTheBound(t *testing.T) {
 }
 
 // Beyond the bound (an outage longer than a 10-minute bound), the
-// copies are late: forwarded with the header that says so, or
+// copies are late by the clock, moved 45 minutes ahead of the real one: forwarded with the header that says so, or
 // dead-lettered with reason late; events two hours ahead likewise, as
 // future. Each is counted, none is lost.
 func TestBeyondTheBound(t *testing.T) {
@@ -282,7 +287,7 @@ func TestBeyondTheBound(t *testing.T) {
 	for _, policy := range []string{config.LateForward, config.LateDeadLetter} {
 		t.Run(policy, func(t *testing.T) {
 			k := testenv.StartKafka(t, testenv.Topics{"in": 2, "out": 2, "dlq": 1})
-			r := playOutage(t, k, testenv.Redis(t).Addr, n, func(c *config.Config) {
+			r := playOutage(t, k, testenv.Redis(t).Addr, n, testenv.Now(), func(c *config.Config) {
 				c.MaxLag, c.LatePolicy = 10*time.Minute, policy
 			})
 			m := r.Metrics()

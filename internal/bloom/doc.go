@@ -42,7 +42,10 @@
 // event time is up to one window after the first copy's is caught wherever
 // the boundary falls. Every key gets an absolute expiry in the script that
 // writes it (EXPIREAT NX, then GT so a TTL only grows): a bucket lives to
-// its end, plus one window in Rolling mode, plus MaxLag.
+// its end, plus one window in Rolling mode, plus MaxLag. A backlog's
+// partitions are read at different paces, so a copy stamped later may be
+// decided first: in Rolling mode an element decided after its bucket ended
+// is tested against the next bucket as well.
 //
 // MaxLag is the lag bound: how far behind the clock events may be decided
 // with their deduplication intact, as after an outage or by a replica that
@@ -50,8 +53,9 @@
 // the end of its bucket (the previous bucket's keys, in Rolling mode, expire
 // then too), so until that Deadline its verdict is the same whenever it is
 // decided: read live, or read hours later as a backlog. From the Deadline
-// on it is Late, and an event further ahead of the clock than MaxFutureSkew
-// is Future: neither is tested nor set, and the caller chooses what becomes
+// on it is Late (by the caller's clock, and again inside the script by the
+// server's, which expires the keys), and an event whose bucket is beyond
+// the clock's plus MaxFutureSkew is Future: neither is tested nor set, and the caller chooses what becomes
 // of them. Every event decided at most MaxLag after its event time is
 // within the bound. The cost is memory: the keys of MaxLag/Length more
 // buckets are alive at once (Windows.Live), and the decision records live

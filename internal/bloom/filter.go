@@ -75,13 +75,17 @@ const (
 	// worse than passing a copy.
 	ReplayUnknown
 	// Late: the event is processed at or after its Windows.Deadline, its
-	// bucket's end plus MaxLag: its keys may be gone, so it is not
-	// deduplicated (no key is written). A replay of an offset decided
-	// forward whose event is now late is Late too, so a caller's policy for
-	// late events holds on replays.
+	// bucket's end plus MaxLag, by the caller's clock or the Redis
+	// server's: its keys may be gone, so it is not deduplicated (no key is
+	// written). A replay is judged by the clock at the replay: an offset
+	// recorded forward (first seen, late or future) whose event is late
+	// now is Late again, so a caller's policy for late events holds on
+	// replays; the record keeps one bit per offset, forward or drop, so a
+	// first-seen event replayed after its deadline is Late too.
 	Late
-	// Future: the event time is further ahead of the clock than
-	// Config.MaxFutureSkew; not deduplicated, no key written. Replays as Late.
+	// Future: the event's bucket is after the bucket of the clock plus
+	// Config.MaxFutureSkew; not deduplicated, no key written. A replay of
+	// it is Future while it still is, and ReplayedFirstSeen after.
 	Future
 )
 
@@ -320,7 +324,7 @@ func (f *Filter) CheckCapacity(ctx context.Context) error {
 			share = need / uint64(min(f.plan.Shards, 3)) // at best spread over three masters
 		}
 		if maxmem > 0 && share > maxmem {
-			return fmt.Errorf("%w: the filter needs %d bytes (%d windows of %d) and Redis at %s has maxmemory %d; lower the expected elements per window or raise the false-positive rate",
+			return fmt.Errorf("%w: the filter needs %d bytes (%d windows of %d) and Redis at %s has maxmemory %d; lower the expected elements per window, raise the false-positive rate or shorten the lag bound",
 				ErrInvalidPlan, share, f.LiveWindows(), f.plan.Memory, c.Options().Addr, maxmem)
 		}
 		return nil

@@ -3,6 +3,7 @@ package bloom
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -211,5 +212,84 @@ func assertExpireTime(t testing.TB, c *redis.Client, key string, want int64) {
 	}
 	if got != time.Duration(want)*time.Second {
 		t.Errorf("%s expires at %v, want %d", key, got, want)
+	}
+}
+
+// Lateness is judged twice: by the caller's clock before the call, and
+// by the Redis server's inside it, since keys expire by the server's
+// clock. Here the filter's clock stands still before the deadline while
+// the real one passes it: the copy is Late, not taken for new because
+// its keys are gone.
+func TestDeadlineByTheServersClock(t *testing.T) {
+	c := testenv.RedisClient(t, testenv.Redis(t))
+	for _, mode := range []Mode{Fixed, Rolling} {
+		t.Run(mode.String(), func(t *testing.T) {
+			at := time.Now()
+			clock := at
+			if err := c.FlushAll(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// One-second windows and bound: the deadline is two seconds
+			// away at most.
+			f := newClockFilter(t, c, &clock, Windows{Length: time.Second, Mode: mode, MaxLag: time.Second})
+			deadline := f.cfg.Windows.Deadline(at)
+			if got := verdicts(t, f, el("a", 0, 0, at)); got[0] != FirstSeen {
+				t.Fatalf("before the deadline: %v", got)
+			}
+			// Waiting for the real clock to pass a point in time is what is
+			// tested here, not a stand-in for another event.
+			for time.Now().Before(deadline.Add(10 * time.Millisecond)) {
+				time.Sleep(time.Until(deadline.Add(10 * time.Millisecond)))
+			}
+			if f.cfg.Windows.Late(at, f.Now()) {
+				t.Fatal("the filter's clock moved: the caller-side check would decide")
+			}
+			if got := verdicts(t, f, el("a", 0, 1, at)); got[0] != Late {
+				t.Errorf("a copy after the deadline by the server's clock: %v, want late", got[0])
+			}
+		})
+	}
+}
+
+// A batch read late, in rolling mode, meets copies on both sides: IDs
+// first decided in the next bucket and IDs in the previous bucket are
+// duplicates, new IDs are first seen, and the next bucket's own elements
+// of the same batch see this bucket's, whichever batch holds what.
+func TestRollingBacklogMeetsCopiesOnBothSides(t *testing.T) {
+	c := testenv.RedisClient(t, testenv.Redis(t))
+	const w = 10 * time.Minute
+	cur := testenv.Now().Truncate(w)
+	b0, b1, b2 := cur.Add(-2*w).Add(time.Minute), cur.Add(-w).Add(time.Minute), cur.Add(time.Minute)
+	clock := cur.Add(time.Second) // every bucket below has ended but b2's
+	f := newClockFilter(t, c, &clock, Windows{Length: w, Mode: Rolling, MaxLag: time.Hour})
+
+	var first []Element
+	for i := range 40 {
+		first = append(first, el(fmt.Sprintf("next-%d", i), 0, int64(i), b1), el(fmt.Sprintf("prev-%d", i), 1, int64(i), b0.Add(-w)))
+	}
+	for i, v := range verdicts(t, f, first...) {
+		if v != FirstSeen {
+			t.Fatalf("first batch, element %d: %v", i, v)
+		}
+	}
+	var batch []Element
+	var want []Verdict
+	add := func(id string, at time.Time, v Verdict) {
+		batch = append(batch, el(id, 2, int64(len(batch)), at))
+		want = append(want, v)
+	}
+	for i := range 40 {
+		add(fmt.Sprintf("next-%d", i), b0, Duplicate) // decided in b1 first
+		add(fmt.Sprintf("prev-%d", i), b0, Duplicate) // in b0's previous bucket
+		add(fmt.Sprintf("new-%d", i), b0, FirstSeen)
+		add(fmt.Sprintf("new-%d", i), b1, Duplicate)     // b1 tests b0, set earlier in this batch
+		add(fmt.Sprintf("current-%d", i), b2, FirstSeen) // b2 has not ended: no next-bucket read
+	}
+	if got := verdicts(t, f, batch...); !same(got, want) {
+		for i := range got {
+			if got[i] != want[i] {
+				t.Errorf("element %d (%s at %v): %v, want %v", i, batch[i].ID, batch[i].Time, got[i], want[i])
+			}
+		}
 	}
 }

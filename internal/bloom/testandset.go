@@ -277,13 +277,13 @@ func (f *Filter) encode(b *batch, order []int) int64 {
 	now := f.cfg.Now()
 	recordExpire := now.Unix() + int64((w.Retention()+w.Length)/1e9)
 	current := w.Bucket(now)
-	b.buckets = msgp.AppendArrayHeader(b.buckets[:0], uint32(5*len(b.bgroups)))
+	b.buckets = msgp.AppendArrayHeader(b.buckets[:0], uint32(6*len(b.bgroups)))
 	for _, g := range b.bgroups {
 		// Rolling mode tests the previous bucket, where an earlier copy
 		// may be. Once the next bucket has begun by the clock, a later
 		// copy may have been decided first (partitions of a backlog are
 		// read at different paces), so the next bucket is tested too: the
-		// verdicts are then the same in whatever order copies are decided.
+		// same IDs are then forwarded in whatever order copies are decided.
 		// Live input, decided within its bucket, skips that read.
 		prev, next := 0, 0
 		if w.Mode == Rolling {
@@ -297,6 +297,7 @@ func (f *Filter) encode(b *batch, order []int) int64 {
 		b.buckets = msgp.AppendInt(b.buckets, next)
 		b.buckets = msgp.AppendString(b.buckets, strconv.FormatInt(w.ExpireAt(g.bucket), 10))
 		b.buckets = msgp.AppendString(b.buckets, lastByte)
+		b.buckets = msgp.AppendString(b.buckets, strconv.FormatInt(w.Deadline(w.Start(g.bucket)).Unix(), 10))
 		recordExpire = max(recordExpire, w.ExpireAt(g.bucket))
 	}
 
@@ -361,13 +362,15 @@ func (f *Filter) decode(b *batch, order []int, res string, out []Verdict) error 
 			v = FirstSeen
 		case 'D':
 			v = Duplicate
-		case 'U':
-			v = b.items[i].unfilt
 		case 'n':
 			// Decided forward before, and now beyond the bound: Late (or
 			// Future) again, so that what the caller does with such events
 			// is the same on a replay.
 			v = cmp.Or(b.items[i].unfilt, ReplayedFirstSeen)
+		case 'U':
+			// Not filtered: by the caller's choice, or because the server's
+			// clock had passed the bucket's deadline (keys may be gone).
+			v = cmp.Or(b.items[i].unfilt, Late)
 		case 'd':
 			v = ReplayedDuplicate
 		case 'u':

@@ -15,10 +15,12 @@
 -- ARGV[7] msgpack per bucket group, in ascending bucket order: filter key
 --         index, previous bucket's key index (0: none), next bucket's key
 --         index (0: none), expiry (Unix time), bit offset of the key's last
---         byte.
+--         byte, deadline (Unix time: from then on the oldest key its
+--         elements are tested against may be gone).
 -- Returns one character per element: N new, D duplicate, U new and not
--- filtered, n/d a replay decided new/duplicate before, u a replay older
--- than the record.
+-- filtered (the caller's choice, or its bucket group past its deadline by
+-- this server's clock), n/d a replay decided new/duplicate before, u a
+-- replay older than the record.
 --
 -- Every read comes first, then the decision records are written, then the
 -- filters. If a write fails, what was written is still replay-safe: either
@@ -89,10 +91,18 @@ local function expireNotBefore(key, at)
 	end
 end
 
-local BG = 5 -- entries per bucket group
+local BG = 6 -- entries per bucket group
 local nb = #buckets / BG
 local fresh, nfresh = {}, {}
 for g = 1, nb do fresh[g], nfresh[g] = {}, 0 end
+
+-- The caller judged lateness by its clock; keys expire by this server's.
+-- A group whose deadline has come here is not filtered: its oldest key may
+-- be gone, and testing against nothing would call every copy new.
+local t = redis.call('TIME')
+local nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local past = {}
+for g = 1, nb do past[g] = nowMs >= tonumber(buckets[BG * g]) * 1000 end
 
 -- 1. Replays: an offset below a record's watermark was decided before.
 local records, nrec = {}, 0
@@ -119,7 +129,7 @@ for p = 1, #parts, 2 do
 			else
 				verdict[x] = 'u'
 			end
-		elseif g > 0 then
+		elseif g > 0 and not past[g] then
 			local c = nfresh[g] + 1
 			fresh[g][c] = x
 			nfresh[g] = c
@@ -146,7 +156,7 @@ local writes, nwrites = {}, 0
 for g = 1, nb do
 	local xs, n = fresh[g], nfresh[g]
 	if n > 0 then
-		local keyIdx = buckets[BG * g - 4]
+		local keyIdx = buckets[BG * g - 5]
 		local vals = getWords(KEYS[keyIdx], xs, n, 1, W)
 
 		-- Elements not in their own bucket before this batch are tested
@@ -155,7 +165,7 @@ for g = 1, nb do
 		-- event-time order still meet): the first word for all, the other
 		-- words only where the first holds.
 		local inOther = {}
-		local prevIdx, nextIdx = buckets[BG * g - 3], buckets[BG * g - 2]
+		local prevIdx, nextIdx = buckets[BG * g - 4], buckets[BG * g - 3]
 		local cand, nc = {}, 0
 		for k = 1, (prevIdx + nextIdx > 0) and n or 0 do
 			local x = xs[k]
@@ -242,7 +252,7 @@ for g = 1, nb do
 			end
 		end
 		nwrites = nwrites + 1
-		writes[nwrites] = { KEYS[keyIdx], c, dirty, nd, buckets[BG * g - 1], buckets[BG * g] }
+		writes[nwrites] = { KEYS[keyIdx], c, dirty, nd, buckets[BG * g - 2], buckets[BG * g - 1] }
 	end
 end
 

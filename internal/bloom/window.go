@@ -45,7 +45,7 @@ type Windows struct {
 	Mode   Mode
 	// MaxLag is how far behind the clock an event may be processed with its
 	// deduplication intact: every bucket's keys live until MaxLag past the
-	// last instant that tests them (see Late). It is what a replica may fall
+	// end of the last bucket whose events test them (see Late). It is what a replica may fall
 	// behind, or how long every replica may be down, without letting
 	// duplicates through.
 	MaxLag time.Duration
@@ -71,8 +71,8 @@ func (w Windows) Bucket(t time.Time) int64 {
 func (w Windows) Start(b int64) time.Time { return time.Unix(b*w.seconds(), 0).UTC() }
 
 // ExpireAt is the Unix time at which bucket b's keys expire: MaxLag after
-// the last instant an event tests them, which is the bucket's end, or in
-// Rolling mode the next bucket's end (the next bucket tests it too).
+// the end of the last bucket whose events test them, this one, or in
+// Rolling mode the next one (which tests it too).
 func (w Windows) ExpireAt(b int64) int64 {
 	end := (b + 1) * w.seconds()
 	if w.Mode == Rolling {

@@ -54,7 +54,7 @@ type Options struct {
 	// Behind stamps the events this long before the clock, as a backlog
 	// read after an outage; MaxLag is the workers' lag bound (default 1h).
 	Behind, MaxLag time.Duration
-	P        float64       // target false-positive rate
+	P              float64 // target false-positive rate
 	// Expected is the filter's capacity: distinct IDs per window. 0 sizes
 	// it for the distinct IDs the run is expected to have, so the filter
 	// ends the run at its planned load and rate.
