@@ -61,6 +61,50 @@
 // buckets are alive at once (Windows.Live), and the decision records live
 // as long as the filters they guard.
 //
+// # Growth
+//
+// A filter sized for n passes its rate p quickly once it holds more: at
+// 2n the rate of a layout planned for 1e-6 is about 70 times that. With
+// PlanOptions.MaxGrowth above 1, each (bucket, shard) filter is a chain of
+// stages, after Almeida, Baquero, Preguiça and Hutchison ("Scalable Bloom
+// Filters", 2007). Stage 0 holds n; stage i >= 1 holds n(s^i - s^(i-1)),
+// so stages 0..i hold s^i n in all; stage i's rate is p_i = p_0*r^i, with
+// s = GrowthFactor = 4 and r = TighteningRatio = 1/2. An element is tested
+// in every stage of its bucket (and of the neighbours in Rolling mode) and
+// inserted in the newest, so a new element is taken for a member with
+// probability at most the sum of the stages' rates, each at most its own
+// while the stage holds no more than its capacity. The chain is capped (K
+// stages hold s^(K-1) n >= MaxGrowth*n), so the rates are normalised over
+// the K stages:
+// p_0 = p(1-r)/(1-r^K), and the sum is exactly p at the cap, below it
+// before.
+//
+// Why these: s = 4 reaches 64n in 4 stages, so an element is tested in at
+// most 4 stages of a bucket (every stage is one more read per new
+// element), and a window at 4, 16 or 64 times its plan has filled its
+// stages exactly: memory follows the load within a factor of 4 between
+// those points, and at them is within 1.3 times that of one filter
+// planned for the load. r = 1/2 costs stage 0 about 1.4 bits per element more
+// than a lone filter (+4% at 1e-6; with the cap normalisation stage 0
+// gets a little more than half of p), and a later stage about 1.4 bits per
+// step of tightening. Every stage keeps stage 0's layout, so a window that
+// never grows costs what a lone filter does per element; later stages buy
+// their rate with bits. A stage that would not fit one Redis string per
+// shard ends the chain (more shards lengthen it).
+//
+// Counting is exact: the script counts the elements it inserts in the
+// growth record (GrowthKey), a small hash under the shard's hash tag, in
+// the same call. A stage full hands over to the next only if that exists:
+// the script never allocates one. Grow makes it from the maintenance,
+// whole, in one SET NX with its expiry, once the newest is past its
+// capacity (not ahead: a stage made ahead would more than double the
+// memory of a window that only nears a stage boundary). The script asks
+// for it by its reply (GrowthWanted), so the maintenance need not wait for
+// its tick. Until it exists the full stage takes the batches in flight,
+// overfilled and counted; past the last stage the bucket only
+// tests (new elements are forwarded and not inserted, so their copies pass,
+// counted), and the rate stays at the chain's bound.
+//
 // # Shards and Redis Cluster
 //
 // A window larger than one Redis string (2^32 bits), or split on request

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tinylib/msgp/msgp"
 )
 
 //go:embed testandset.lua
@@ -141,6 +142,10 @@ type Config struct {
 var pipelineName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
 
 func (c *Config) setDefaults() {
+	if len(c.Plan.Stages) == 0 {
+		c.Plan.Stages = []Stage{{Capacity: c.Plan.Elements, CapacityPerShard: perShardCount(c.Plan.Elements, max(c.Plan.Shards, 1)),
+			FPR: c.Plan.AchievedFPR, ShardBits: c.Plan.ShardBits, Memory: c.Plan.Memory}}
+	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = "dedupe"
 	}
@@ -204,6 +209,12 @@ type Filter struct {
 	// scriptCached[s] is set once the master serving shard s has run the
 	// script with MinReplicas (see runReplicated).
 	scriptCached []atomic.Bool
+	// growWanted is signalled when a call found a window whose newest stage
+	// is nearly full and the next not made (see GrowthWanted).
+	growWanted chan struct{}
+	// stageTab is the script's stage table: the stage count, each stage's
+	// capacity per shard, the words per key of stages 1 and up.
+	stageTab []byte
 }
 
 // New returns a Filter over client, a *redis.Client for one server or a
@@ -222,6 +233,11 @@ func New(client redis.UniversalClient, cfg Config) (*Filter, error) {
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%d/%d/%d/%d/%d/%d", cfg.Plan.Layout.Words, cfg.Plan.Layout.BitsPerWord,
 		cfg.Plan.ShardBits, cfg.Plan.Shards, cfg.Windows.seconds(), cfg.ReplayHorizon)
+	// The stages' sizes and capacities place and count elements too; a
+	// plan without growth keeps the tag it had before stages existed.
+	for _, st := range cfg.Plan.Stages[1:] {
+		fmt.Fprintf(h, "/%d:%d", st.ShardBits, st.CapacityPerShard)
+	}
 	f := &Filter{
 		cfg:     cfg,
 		plan:    cfg.Plan,
@@ -230,6 +246,15 @@ func New(client redis.UniversalClient, cfg Config) (*Filter, error) {
 		tag:     fmt.Sprintf("v1-%08x", h.Sum32()),
 	}
 	f.scriptCached = make([]atomic.Bool, cfg.Plan.Shards)
+	f.growWanted = make(chan struct{}, 1)
+	f.stageTab = msgp.AppendArrayHeader(nil, uint32(2*len(cfg.Plan.Stages)))
+	f.stageTab = msgp.AppendInt(f.stageTab, len(cfg.Plan.Stages))
+	for _, st := range cfg.Plan.Stages {
+		f.stageTab = msgp.AppendInt64(f.stageTab, st.CapacityPerShard)
+	}
+	for _, st := range cfg.Plan.Stages[1:] {
+		f.stageTab = msgp.AppendUint64(f.stageTab, st.ShardBits/WordBits)
+	}
 	f.slots = make([]string, cfg.Plan.Shards)
 	for s := range f.slots {
 		f.slots[s] = fmt.Sprintf("%s:{%s:%d}:%s", cfg.KeyPrefix, cfg.Pipeline, s, f.tag)
@@ -251,6 +276,19 @@ func (f *Filter) Tag() string { return f.tag }
 func (f *Filter) FilterKey(shard int, b int64) string {
 	return f.slots[shard] + ":f:" + strconv.FormatInt(b, 10)
 }
+
+// StageKey is the key of stage st of one shard of bucket b: FilterKey for
+// stage 0.
+func (f *Filter) StageKey(shard int, b int64, st int) string {
+	if st == 0 {
+		return f.FilterKey(shard, b)
+	}
+	return f.FilterKey(shard, b) + ":" + strconv.Itoa(st)
+}
+
+// GrowthKey is the key of one shard's growth record of bucket b: the
+// stage inserts go to and the elements it holds (see the script).
+func (f *Filter) GrowthKey(shard int, b int64) string { return f.FilterKey(shard, b) + ":g" }
 
 // RecordKey is the key of the decision record of one shard and partition.
 func (f *Filter) RecordKey(shard int, topic string, partition int32) string {
@@ -297,6 +335,11 @@ func (f *Filter) Preallocate(ctx context.Context, t time.Time) error {
 	return nil
 }
 
+// ErrGrowthMemory says a window cannot grow to its cap within Redis's
+// maxmemory. The worker still runs: a stage that cannot be made leaves the
+// one before overfilled, and the overfill is counted.
+var ErrGrowthMemory = errors.New("growth exceeds Redis maxmemory")
+
 // LiveWindows is how many buckets of keys exist at once (Windows.Live).
 func (f *Filter) LiveWindows() int { return f.cfg.Windows.Live() }
 
@@ -327,6 +370,19 @@ func (f *Filter) CheckCapacity(ctx context.Context) error {
 			return fmt.Errorf("%w: the filter needs %d bytes (%d windows of %d) and Redis at %s has maxmemory %d; lower the expected elements per window, raise the false-positive rate or shorten the lag bound",
 				ErrInvalidPlan, share, f.LiveWindows(), f.plan.Memory, c.Options().Addr, maxmem)
 		}
+		// One window grown through every stage, beside the others at
+		// their planned size.
+		if grown := f.plan.Capacity(); f.plan.Growth() && maxmem > 0 {
+			all, _ := f.plan.GrownMemory(float64(grown) / float64(f.plan.Elements))
+			extra := all - f.plan.Memory
+			if f.cluster {
+				extra /= uint64(min(f.plan.Shards, 3))
+			}
+			if share+extra > maxmem {
+				return fmt.Errorf("%w: a window grown to its cap (%d IDs) needs %d bytes more and Redis at %s has maxmemory %d with %d planned: growth will stop short of the cap, when Redis refuses writes",
+					ErrGrowthMemory, grown, extra, c.Options().Addr, maxmem, share)
+			}
+		}
 		return nil
 	}
 	switch c := f.client.(type) {
@@ -337,3 +393,105 @@ func (f *Filter) CheckCapacity(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Grow makes, for every bucket from the one of t less the lag bound and
+// one window to the one of t, and every shard, the next stage of the chain
+// once the newest is past its capacity. Not sooner: each stage takes the
+// window to 4 times what the stages before hold, so a stage made ahead
+// would more than double the memory of a window that only comes near a
+// stage boundary (4, 16, 64 times its plan). The script asks for the stage
+// in the reply of the call that fills the newest (GrowthWanted); until it
+// exists the newest stage takes the batches in flight, overfilled and
+// counted: a few batches against millions of IDs per stage. A stage is written
+// whole in one SET NX with its expiry: Redis reads a large argument into
+// its own buffer as it arrives, between other clients' commands, and keeps
+// that buffer as the value, so no command stalls on the allocation, and a
+// replica that loses the race writes nothing. It returns the stages it
+// made.
+func (f *Filter) Grow(ctx context.Context, t time.Time) ([]ShardStage, error) {
+	if !f.plan.Growth() {
+		return nil, nil
+	}
+	w := f.cfg.Windows
+	var made []ShardStage
+	for b := w.Bucket(t.Add(-w.MaxLag - w.Length)); b <= w.Bucket(t); b++ {
+		exp := time.Unix(w.ExpireAt(b), 0)
+		if !exp.After(f.cfg.Now()) {
+			continue
+		}
+		for s := 0; s < f.plan.Shards; s++ {
+			g, err := f.growth(ctx, s, b)
+			if err != nil {
+				return made, err
+			}
+			next := g.Stage + 1
+			if next >= len(f.plan.Stages) || g.Held <= f.plan.Stages[g.Stage].CapacityPerShard {
+				continue
+			}
+			key := f.StageKey(s, b, next)
+			cctx, cancel := f.callCtx(ctx)
+			n, err := f.client.Exists(cctx, key).Result()
+			cancel()
+			if err != nil {
+				return made, fmt.Errorf("%w: checking %s: %w", ErrRedis, key, err)
+			}
+			if n == 1 {
+				continue
+			}
+			zeros := make([]byte, f.plan.Stages[next].ShardBits/8)
+			// A stage of hundreds of MiB takes a while to send.
+			sctx, cancel := context.WithTimeout(ctx, f.cfg.CallTimeout+time.Duration(len(zeros)>>20)*100*time.Millisecond)
+			ok, err := f.client.SetArgs(sctx, key, zeros, redis.SetArgs{Mode: "NX", ExpireAt: exp}).Result()
+			cancel()
+			if err != nil && err != redis.Nil {
+				return made, fmt.Errorf("%w: making stage %d of %s: %w", ErrRedis, next, f.FilterKey(s, b), err)
+			}
+			if ok == "OK" {
+				made = append(made, ShardStage{Bucket: b, Shard: s, Stage: next, Bytes: uint64(len(zeros))})
+			}
+		}
+	}
+	return made, nil
+}
+
+// GrowthWanted receives a value after a test-and-set found a window whose
+// newest stage is past its capacity and whose next stage is not made: the
+// maintenance then calls Grow at once instead of at its next tick.
+func (f *Filter) GrowthWanted() <-chan struct{} { return f.growWanted }
+
+// ShardStage names one stage of one shard of a bucket.
+type ShardStage struct {
+	Bucket int64
+	Shard  int
+	Stage  int
+	Bytes  uint64
+}
+
+// Growth is what a shard's growth record of one bucket says.
+type Growth struct {
+	// Stage is the stage inserts go to, Held the elements inserted into it.
+	Stage int
+	Held  int64
+	// Overfilled are inserts past a stage's capacity because the next
+	// stage was not made in time; TestOnly new elements not inserted
+	// because the last stage was full.
+	Overfilled, TestOnly int64
+}
+
+func (f *Filter) growth(ctx context.Context, shard int, b int64) (Growth, error) {
+	cctx, cancel := f.callCtx(ctx)
+	defer cancel()
+	r, err := f.client.HMGet(cctx, f.GrowthKey(shard, b), "k", "n", "o", "c").Result()
+	if err != nil {
+		return Growth{}, fmt.Errorf("%w: reading the growth of %s: %w", ErrRedis, f.FilterKey(shard, b), err)
+	}
+	num := func(v any) int64 {
+		s, _ := v.(string)
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	return Growth{Stage: int(num(r[0])), Held: num(r[1]), Overfilled: num(r[2]), TestOnly: num(r[3])}, nil
+}
+
+// Windows returns how the filter maps event times to buckets.
+func (f *Filter) Windows() Windows { return f.cfg.Windows }

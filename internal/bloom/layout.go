@@ -1,6 +1,7 @@
 package bloom
 
 import (
+	"math"
 	"math/bits"
 
 	"github.com/spaolacci/murmur3"
@@ -13,6 +14,16 @@ type location struct {
 	shard  int
 	word   [MaxWords]uint64 // bit offset of the word in the shard
 	hi, lo [MaxWords]uint32
+	// u is each word's position in [0, 1): the output that gave its index,
+	// as a double. Stage i >= 1 of a window puts the word at index
+	// floor(u * words of the stage), in Go and in the script alike.
+	u [MaxWords]float64
+}
+
+// stageWord is the bit offset of a word at position u in a stage of nwords
+// words. The script computes the same with the same double arithmetic.
+func stageWord(u float64, nwords uint64) uint64 {
+	return uint64(math.Floor(u*float64(nwords))) * WordBits
 }
 
 // golden is the splitmix64 increment (2^64 / φ).
@@ -51,7 +62,9 @@ func (f *Filter) locate(id []byte, loc *location) {
 	nwords := f.plan.ShardBits / WordBits
 	s := h1
 	for j := 0; j < f.plan.Layout.Words; j++ {
-		loc.word[j] = reduce(splitmix64(&s), nwords) * WordBits
+		out := splitmix64(&s)
+		loc.word[j] = reduce(out, nwords) * WordBits
+		loc.u[j] = float64(out>>11) * 0x1p-53
 		var mask uint64
 		set := 0
 		for set < f.plan.Layout.BitsPerWord {

@@ -153,6 +153,34 @@ type PlanOptions struct {
 	MinShards int
 	// MaxMemory caps the bytes of one window's filter, 0 for no cap.
 	MaxMemory uint64
+	// MaxGrowth is how far a window may grow past n, as a factor: 1 (the
+	// default) sizes one filter for n; above 1 the window is a chain of
+	// stages (see Stages) holding at least MaxGrowth*n at the rate p.
+	MaxGrowth float64
+}
+
+// The growth of a window's chain of stages: each stage takes the window to
+// GrowthFactor times the elements of the stages before it, at
+// TighteningRatio times the rate of the one before. The rates are
+// normalised over the stages the cap allows, so that they sum to p. See
+// the package doc, Growth.
+const (
+	GrowthFactor    = 4
+	TighteningRatio = 0.5
+	// MaxStages bounds the chain: 4^7 is 16384 times n.
+	MaxStages = 8
+)
+
+// Stage is one filter of a window's chain.
+type Stage struct {
+	// Capacity is the elements the stage holds at its rate, over all
+	// shards; CapacityPerShard is its share on one shard.
+	Capacity, CapacityPerShard int64
+	// FPR is the stage's rate when it holds Capacity.
+	FPR       float64
+	ShardBits uint64
+	// Memory is the bytes of the stage over all shards.
+	Memory uint64
 }
 
 // Plan is the sizing of one window's filter.
@@ -170,6 +198,72 @@ type Plan struct {
 	Memory uint64
 	// Standard is a classic filter for the same n and p, for comparison.
 	Standard Standard
+	// Stages is the chain one window grows through: Stages[0] is the
+	// filter above (ShardBits, Memory); each next one is made ahead when the
+	// one before is half full. One stage when growth is off.
+	Stages []Stage
+}
+
+// Growth reports whether windows grow past Elements.
+func (p Plan) Growth() bool { return len(p.Stages) > 1 }
+
+// Capacity is the elements a window holds at its rate with every stage.
+func (p Plan) Capacity() int64 {
+	var c int64
+	for _, s := range p.Stages {
+		c += s.Capacity
+	}
+	return c
+}
+
+// GrownMemory is the bytes of one window holding load times Elements:
+// the stages it has grown into. Past the last stage it is the whole chain.
+func (p Plan) GrownMemory(load float64) (bytes uint64, stages int) {
+	var held float64
+	for _, s := range p.Stages {
+		bytes += s.Memory
+		stages++
+		held += float64(s.Capacity)
+		if held >= load*float64(p.Elements) {
+			break
+		}
+	}
+	return bytes, stages
+}
+
+// FPRHolding is the false-positive rate of a window that holds i
+// elements: its stages filled in order, each tested. With growth, past the
+// chain's capacity the window only tests, so the rate stays at the full
+// chain's; a lone filter takes every element.
+func (p Plan) FPRHolding(i float64) float64 {
+	pass := 1.0
+	for k, st := range p.Stages {
+		held := min(i, float64(st.Capacity))
+		if k == len(p.Stages)-1 && !p.Growth() {
+			held = i
+		}
+		if held > 0 {
+			pass *= 1 - BlockedFPR(float64(st.ShardBits)*float64(p.Shards)/held, p.Layout)
+		}
+		i -= held
+	}
+	return 1 - pass
+}
+
+// GrownFPR is the bound on a window's false-positive rate holding load
+// times Elements: the sum of the rates of the stages it has grown into,
+// each at most its own when full. Past the capacity it is the chain's sum:
+// the window is then test-only, so the rate stays there.
+func (p Plan) GrownFPR(load float64) float64 {
+	var held, sum float64
+	for _, s := range p.Stages {
+		sum += s.FPR
+		held += float64(s.Capacity)
+		if held >= load*float64(p.Elements) {
+			break
+		}
+	}
+	return sum
 }
 
 // Bits is the filter size m over all shards.
@@ -193,11 +287,39 @@ func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
 	if minShards < 0 || minShards > 1024 {
 		return Plan{}, fmt.Errorf("%w: shards is %d, want 1 to 1024", ErrInvalidPlan, minShards)
 	}
+	growth := opt.MaxGrowth
+	if growth == 0 {
+		growth = 1
+	}
+	if !(growth >= 1 && growth <= math.Pow(GrowthFactor, MaxStages-1)) {
+		return Plan{}, fmt.Errorf("%w: growth is %g, want 1 to %g", ErrInvalidPlan, growth, math.Pow(GrowthFactor, MaxStages-1))
+	}
+	// The layout is the one for p in every stage, so that a window that
+	// does not grow costs what it did; stage 0 buys its share of the rate,
+	// p(1-r), with bits.
 	layout, perElem := ChooseLayout(p)
+	// Stage i >= 1 holds n(4^i - 4^(i-1)), so that stages 0..i hold 4^i n in
+	// all: a window 4, 16 or 64 times its plan fills its stages exactly.
+	stages := 1
+	for held := 1.0; held < growth; stages++ {
+		held *= GrowthFactor
+	}
+	p0 := p
+	if stages > 1 {
+		p0 = p * (1 - TighteningRatio) / (1 - math.Pow(TighteningRatio, float64(stages)))
+		perElem = bitsNeeded(layout, p0)
+	}
 	need := uint64(math.Ceil(perElem * float64(n)))
 	// A shard must fit one Redis string; beyond that the allocator rounding
-	// is irrelevant, so only the shard count is searched.
+	// is irrelevant, so only the shard count is searched. With growth, the
+	// last stage's shards must fit too: more shards, each of every stage
+	// smaller.
 	lo := max(minShards, int((need+MaxKeyBits/2-1)/(MaxKeyBits/2)))
+	if stages > 1 {
+		last := float64(n) * (math.Pow(GrowthFactor, float64(stages-1)) - math.Pow(GrowthFactor, float64(stages-2)))
+		bits := bitsNeeded(layout, p0*math.Pow(TighteningRatio, float64(stages-1))) * last
+		lo = max(lo, int(math.Ceil(bits/(MaxKeyBits-8*shardOverhead))))
+	}
 	best := Plan{}
 	for s := lo; s < lo+8; s++ {
 		perShard := (need + uint64(s) - 1) / uint64(s)
@@ -211,12 +333,32 @@ func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
 	best.Elements, best.TargetFPR, best.Layout = n, p, layout
 	best.AchievedFPR = BlockedFPR(best.BitsPerElement(), layout)
 	best.Standard = StandardSizing(n, p)
+	best.Stages = []Stage{{Capacity: n, CapacityPerShard: perShardCount(n, best.Shards), FPR: best.AchievedFPR, ShardBits: best.ShardBits, Memory: best.Memory}}
+	// Later stages keep the layout and the shard count and buy their lower
+	// rate with bits; a stage that would not fit one Redis string per shard
+	// ends the chain there.
+	for i := 1; i < stages; i++ {
+		capacity := n * (int64(math.Pow(GrowthFactor, float64(i))) - int64(math.Pow(GrowthFactor, float64(i-1))))
+		rate := p0 * math.Pow(TighteningRatio, float64(i))
+		bits := math.Ceil(bitsNeeded(layout, rate) * float64(capacity) / float64(best.Shards))
+		if bits/8+shardOverhead > MaxKeyBits/8 {
+			break
+		}
+		class := allocClass(uint64(bits)/8 + shardOverhead)
+		shardBits := min((class-shardOverhead)*8, MaxKeyBits) / WordBits * WordBits
+		best.Stages = append(best.Stages, Stage{Capacity: capacity, CapacityPerShard: perShardCount(capacity, best.Shards),
+			FPR: BlockedFPR(float64(shardBits)*float64(best.Shards)/float64(capacity), layout), ShardBits: shardBits, Memory: class * uint64(best.Shards)})
+	}
 	if opt.MaxMemory > 0 && best.Memory > opt.MaxMemory {
 		return Plan{}, fmt.Errorf("%w: one window needs %d bytes for %d elements at rate %g, more than the %d bytes allowed; lower the expected elements or raise the rate",
 			ErrInvalidPlan, best.Memory, n, p, opt.MaxMemory)
 	}
 	return best, nil
 }
+
+// perShardCount is one shard's share of n elements, rounded up: elements
+// are spread over the shards by hash, evenly on average.
+func perShardCount(n int64, shards int) int64 { return (n + int64(shards) - 1) / int64(shards) }
 
 // shardOverhead is the bytes beside the bitmap in one allocation: the sds
 // header and terminator, with room to spare.

@@ -33,6 +33,11 @@ type ShardStats struct {
 	// Memory is what Redis reports for the key (MEMORY USAGE), 0 if that
 	// command is not allowed.
 	Memory int64
+	// Stages is how many stages the window has grown into (1 without
+	// growth); Elements, FPR and Memory sum over them, Fill is the newest
+	// stage's. Overfilled and TestOnly are from the growth record.
+	Stages               int
+	Overfilled, TestOnly int64
 }
 
 // Stats reads every shard of the bucket of t and of the bucket before it.
@@ -80,13 +85,44 @@ func (f *Filter) shardStats(ctx context.Context, bucket int64, shard int) (Shard
 		st.TTL = 0
 	}
 	st.Memory = mem.Val()
-	m := float64(st.Bits)
-	k := float64(f.plan.Layout.Hashes())
-	st.Fill = float64(st.BitsSet) / m
-	st.Elements = -(m / k) * math.Log1p(-st.Fill)
-	if st.Elements > 0 {
-		// The plan's rate is for the whole window; shards share it evenly.
-		st.FPR = BlockedFPR(m/st.Elements, f.plan.Layout)
+	st.Stages = 1
+	st.Fill, st.Elements, st.FPR = f.estimate(st.BitsSet, st.Bits)
+	if !f.plan.Growth() || !st.Exists {
+		return st, nil
+	}
+	g, err := f.growth(ctx, shard, bucket)
+	if err != nil {
+		return st, err
+	}
+	st.Stages, st.Overfilled, st.TestOnly = g.Stage+1, g.Overfilled, g.TestOnly
+	for i := 1; i <= g.Stage && i < len(f.plan.Stages); i++ {
+		sk := f.StageKey(shard, bucket, i)
+		cctx, cancel := f.callCtx(ctx)
+		n, err := f.client.BitCount(cctx, sk, nil).Result()
+		used, _ := f.client.MemoryUsage(cctx, sk).Result()
+		cancel()
+		if err != nil {
+			return st, fmt.Errorf("%w: reading stats of %s: %w", ErrRedis, sk, err)
+		}
+		fill, elems, fpr := f.estimate(uint64(n), f.plan.Stages[i].ShardBits)
+		st.Fill, st.Elements, st.FPR, st.Memory = fill, st.Elements+elems, st.FPR+fpr, st.Memory+used
+		st.BitsSet += uint64(n)
+		st.Bits += f.plan.Stages[i].ShardBits
 	}
 	return st, nil
+}
+
+// estimate gives, for a key of m bits with set bits set, its fill, the
+// elements it holds, n* = -(m/k) ln(1 - X/m) (every element sets each bit
+// with probability k/m in this layout as in a classic filter, so the
+// classic estimate holds), and its false-positive rate at n* by the
+// layout's own formula.
+func (f *Filter) estimate(set, bits uint64) (fill, elements, fpr float64) {
+	m := float64(bits)
+	fill = float64(set) / m
+	elements = -(m / float64(f.plan.Layout.Hashes())) * math.Log1p(-fill)
+	if elements > 0 {
+		fpr = BlockedFPR(m/elements, f.plan.Layout)
+	}
+	return fill, elements, fpr
 }

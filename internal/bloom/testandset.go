@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,6 +92,11 @@ type batch struct {
 	buckets []byte
 	scratch []byte
 	bgroups []bucketGroup
+	// brefs numbers the buckets the call references (1-based), btab
+	// describes them to the script: growth record and stage keys.
+	brefs   map[bucketGroup]int
+	btab    []byte
+	btabBuf []byte
 	groupOf map[groupKey]int
 	groups  []groupCount
 	member  []int
@@ -101,7 +107,9 @@ type bucketGroup struct {
 	bucket int64
 }
 
-var batchPool = sync.Pool{New: func() any { return &batch{keyIdx: map[string]int{}, groupOf: map[groupKey]int{}} }}
+var batchPool = sync.Pool{New: func() any {
+	return &batch{keyIdx: map[string]int{}, groupOf: map[groupKey]int{}, brefs: map[bucketGroup]int{}}
+}}
 
 func getBatch() *batch { return batchPool.Get().(*batch) }
 
@@ -239,13 +247,20 @@ func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) 
 	var err error
 	if f.cfg.MinReplicas > 0 {
 		res, err = f.runReplicated(cctx, shard, b.keys,
-			f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, f.plan.Layout.Words, b.buckets)
+			f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, f.plan.Layout.Words, b.buckets, f.stageTab, b.btab)
 	} else {
 		res, err = testAndSetScript.Run(cctx, f.client, b.keys,
-			f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, f.plan.Layout.Words, b.buckets).Text()
+			f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, f.plan.Layout.Words, b.buckets, f.stageTab, b.btab).Text()
 	}
 	if err != nil {
 		return fmt.Errorf("%w: test-and-set of %d elements on shard %d: %w", ErrRedis, len(order), shard, err)
+	}
+	if want, ok := strings.CutSuffix(res, "+"); ok {
+		res = want
+		select {
+		case f.growWanted <- struct{}{}:
+		default:
+		}
 	}
 	return f.decode(b, order, res, out)
 }
@@ -274,6 +289,25 @@ func (f *Filter) encode(b *batch, order []int) int64 {
 		return cmp.Or(cmp.Compare(x.bucket, y.bucket), cmp.Compare(x.shard, y.shard))
 	})
 	lastByte := strconv.FormatUint(f.plan.ShardBits-8, 10)
+	clear(b.brefs)
+	b.btabBuf = b.btabBuf[:0]
+	ref := func(shard int, bucket int64) int {
+		k := bucketGroup{shard, bucket}
+		if r, ok := b.brefs[k]; ok {
+			return r
+		}
+		r := len(b.brefs) + 1
+		b.brefs[k] = r
+		meta := 0
+		if f.plan.Growth() {
+			meta = b.key(f.GrowthKey(shard, bucket))
+		}
+		b.btabBuf = msgp.AppendInt(b.btabBuf, meta)
+		for st := range f.plan.Stages {
+			b.btabBuf = msgp.AppendInt(b.btabBuf, b.key(f.StageKey(shard, bucket, st)))
+		}
+		return r
+	}
 	now := f.cfg.Now()
 	recordExpire := now.Unix() + int64((w.Retention()+w.Length)/1e9)
 	current := w.Bucket(now)
@@ -285,14 +319,14 @@ func (f *Filter) encode(b *batch, order []int) int64 {
 		// read at different paces), so the next bucket is tested too: the
 		// same IDs are then forwarded in whatever order copies are decided.
 		// Live input, decided within its bucket, skips that read.
-		prev, next := 0, 0
+		own, prev, next := ref(g.shard, g.bucket), 0, 0
 		if w.Mode == Rolling {
-			prev = b.key(f.FilterKey(g.shard, g.bucket-1))
+			prev = ref(g.shard, g.bucket-1)
 			if g.bucket < current {
-				next = b.key(f.FilterKey(g.shard, g.bucket+1))
+				next = ref(g.shard, g.bucket+1)
 			}
 		}
-		b.buckets = msgp.AppendInt(b.buckets, b.key(f.FilterKey(g.shard, g.bucket)))
+		b.buckets = msgp.AppendInt(b.buckets, own)
 		b.buckets = msgp.AppendInt(b.buckets, prev)
 		b.buckets = msgp.AppendInt(b.buckets, next)
 		b.buckets = msgp.AppendString(b.buckets, strconv.FormatInt(w.ExpireAt(g.bucket), 10))
@@ -300,6 +334,8 @@ func (f *Filter) encode(b *batch, order []int) int64 {
 		b.buckets = msgp.AppendString(b.buckets, strconv.FormatInt(w.Deadline(w.Start(g.bucket)).Unix(), 10))
 		recordExpire = max(recordExpire, w.ExpireAt(g.bucket))
 	}
+	b.btab = msgp.AppendArrayHeader(b.btab[:0], uint32(len(b.brefs)*(1+len(f.plan.Stages))))
+	b.btab = append(b.btab, b.btabBuf...)
 
 	// Partition groups, elements and word offsets.
 	nparts := 0
@@ -326,7 +362,12 @@ func (f *Filter) encode(b *batch, order []int) int64 {
 	b.parts = msgp.AppendArrayHeader(b.parts[:0], uint32(2*nparts))
 	b.parts = append(b.parts, b.scratch...)
 
-	b.els = msgp.AppendArrayHeader(b.els[:0], uint32(len(order)*(2+W)))
+	perEl := 2 + W
+	growth := f.plan.Growth()
+	if growth {
+		perEl += W
+	}
+	b.els = msgp.AppendArrayHeader(b.els[:0], uint32(len(order)*perEl))
 	b.words = msgp.AppendArrayHeader(b.words[:0], uint32(nfiltered*W))
 	var num [20]byte
 	for _, i := range order {
@@ -343,6 +384,11 @@ func (f *Filter) encode(b *batch, order []int) int64 {
 				b.words = msgp.AppendStringFromBytes(b.words, strconv.AppendUint(num[:0], it.loc.word[j], 10))
 			} else {
 				b.els = msgp.AppendUint32(b.els, 0)
+			}
+		}
+		if growth {
+			for j := 0; j < W; j++ {
+				b.els = msgp.AppendFloat64(b.els, it.loc.u[j])
 			}
 		}
 	}

@@ -9,15 +9,27 @@
 -- ARGV[3] msgpack [recordKeyIndex, count, ...]: the partition groups, in
 --         element order; offsets ascend inside a group.
 -- ARGV[4] msgpack numbers, per element: offset, bucket group (0: not to be
---         filtered), then each word's 52-bit mask.
+--         filtered), then each word's 52-bit mask, then (with stages) each
+--         word's position in [0, 1), which places it in stages 1 and up.
 -- ARGV[5] msgpack strings: per filtered element, the bit offset of each word.
 -- ARGV[6] words per element.
--- ARGV[7] msgpack per bucket group, in ascending bucket order: filter key
---         index, previous bucket's key index (0: none), next bucket's key
---         index (0: none), expiry (Unix time), bit offset of the key's last
---         byte, deadline (Unix time: from then on the oldest key its
+-- ARGV[7] msgpack per bucket group, in ascending bucket order: its bucket
+--         (index into ARGV[9]), the previous bucket's (0: none), the next
+--         bucket's (0: none), expiry (Unix time), bit offset of stage 0's
+--         last byte, deadline (Unix time: from then on the oldest key its
 --         elements are tested against may be gone).
--- Returns one character per element: N new, D duplicate, U new and not
+-- ARGV[8] msgpack stage table: S, each stage's capacity per shard, then
+--         the words per key of stages 1..S-1.
+-- ARGV[9] msgpack per bucket: the index of its growth record (0 when S is
+--         1), then the key index of each of its S stages.
+--
+-- A bucket's growth record is a hash: k, the stage inserts go to (0 when
+-- absent); n, the elements inserted into it; o, those inserted past its
+-- capacity because the next stage was not made yet; c, new elements not
+-- inserted because the last stage was full (test-only).
+-- Returns one character per element, and '+' after them when a bucket's
+-- newest stage is past its capacity and the next is not made yet: N new, D
+-- duplicate, U new and not
 -- filtered (the caller's choice, or its bucket group past its deadline by
 -- this server's clock), n/d a replay decided new/duplicate before, u a
 -- replay older than the record.
@@ -33,11 +45,20 @@ local el = cmsgpack.unpack(ARGV[4])
 local wordOffs = cmsgpack.unpack(ARGV[5])
 local W = tonumber(ARGV[6])
 local buckets = cmsgpack.unpack(ARGV[7])
+local stageTab = cmsgpack.unpack(ARGV[8])
+local btab = cmsgpack.unpack(ARGV[9])
+local S = stageTab[1]
+local capOf, nwOf = {}, {}
+for i = 0, S - 1 do capOf[i] = stageTab[2 + i] end
+if S == 1 then capOf[0] = math.huge end -- one filter, no growth: never full
+for i = 1, S - 1 do nwOf[i] = stageTab[1 + S + i] end
+local BT = S + 1 -- entries per bucket in btab
 
 local band, bor, fmt = bit.band, bit.bor, string.format
 local HALF = 67108864 -- 2^26
 local CHUNK = 64    -- sub-operations per BITFIELD call (unpack limit)
 local stride = 2 + W
+if S > 1 then stride = 2 + 2 * W end
 local nEl = #el / stride
 
 local verdict = {}  -- element -> verdict character
@@ -62,20 +83,43 @@ end
 -- call would be grown, and collected, again each time.
 local ARGS = {}
 
--- getWords reads words j1..j2 of the n elements xs[1..n].
-local function getWords(key, xs, n, j1, j2)
+-- offOf is the bit offset of word j of element x in stage st: stage 0's
+-- comes with the call, later stages' from the word's position in [0, 1).
+local function offOf(x, st, j)
+	if st == 0 then return wordOffs[wordBase[x] + j] end
+	return math.floor(el[(x - 1) * stride + 2 + W + j] * nwOf[st]) * 52
+end
+
+-- getWords reads words j1..j2 in stage st of the n elements xs[1..n].
+local function getWords(key, st, xs, n, j1, j2)
 	local args, m = ARGS, 0
 	for i = 1, n do
-		local wb = wordBase[xs[i]]
+		local x = xs[i]
 		for j = j1, j2 do
 			args[m + 1] = 'GET'
 			args[m + 2] = 'u52'
-			args[m + 3] = wordOffs[wb + j]
+			args[m + 3] = offOf(x, st, j)
 			m = m + 3
 		end
 	end
 	return bitfield(key, args, m, 3)
 end
+
+-- Buckets' growth records, read once per call: ref -> { k, n, o, c }.
+local grown = {}
+local function growth(ref)
+	local st = grown[ref]
+	if st then return st end
+	st = { k = 0, n = 0, o = 0, c = 0, dirty = false }
+	local meta = btab[BT * (ref - 1) + 1]
+	if meta > 0 then
+		local r = redis.call('HMGET', KEYS[meta], 'k', 'n', 'o', 'c')
+		st.k, st.n, st.o, st.c = tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0, tonumber(r[4]) or 0
+	end
+	grown[ref] = st
+	return st
+end
+local function stageKey(ref, st) return btab[BT * (ref - 1) + 2 + st] end
 
 -- holds reports whether word value v has every bit of mask mk, testing the
 -- high and the low 26 bits with Lua's 32-bit bit library.
@@ -151,108 +195,185 @@ end
 -- 2. Filters, bucket by bucket in ascending order, so a bucket's new
 -- elements are visible to the next bucket's test of its previous bucket.
 -- A word holds a mask when band(high 26 bits) and band(low 26 bits) do.
+-- Every stage a bucket has is tested; inserts go to its newest.
 local caches = {} -- filter key index -> { word offset -> new value }
-local writes, nwrites = {}, 0
+local EMPTY = {} -- the cache of a key this call has not written
+local wantStage = false -- a bucket needs its next stage made
+local dirtyOf = {} -- filter key index -> { n, offsets... }
+local written = {} -- key index -> expiry, for the keys written
+local lastByteOf = {} -- stage 0 key index -> bit offset of its last byte
+
+-- inStage tests the candidates xs[1..n] against stage st of a key: the
+-- first word for all, the others only where the first holds, with the
+-- writes of this call seen through the key's cache. It sets hit[x] and
+-- returns the candidates it did not hold.
+local function inStage(keyIdx, st, xs, n, hit)
+	local kc = caches[keyIdx] or EMPTY
+	local first = getWords(KEYS[keyIdx], st, xs, n, 1, 1)
+	local more, nm = {}, 0
+	for i = 1, n do
+		local x = xs[i]
+		if holds(kc[offOf(x, st, 1)] or first[i], el[(x - 1) * stride + 3]) then
+			nm = nm + 1
+			more[nm] = x
+		end
+	end
+	local rest = W > 1 and getWords(KEYS[keyIdx], st, more, nm, 2, W) or {}
+	for i = 1, nm do
+		local x = more[i]
+		local base, rb = (x - 1) * stride + 1, (i - 1) * (W - 1) - 1
+		local all = true
+		for j = 2, W do
+			if not holds(kc[offOf(x, st, j)] or rest[rb + j], el[base + 1 + j]) then
+				all = false
+				break
+			end
+		end
+		if all then hit[x] = true end
+	end
+	local left, nl = {}, 0
+	for i = 1, n do
+		if not hit[xs[i]] then
+			nl = nl + 1
+			left[nl] = xs[i]
+		end
+	end
+	return left, nl
+end
+
 for g = 1, nb do
 	local xs, n = fresh[g], nfresh[g]
 	if n > 0 then
-		local keyIdx = buckets[BG * g - 5]
-		local vals = getWords(KEYS[keyIdx], xs, n, 1, W)
+		local ref = buckets[BG * g - 5]
+		local gs = growth(ref)
+		local expiry = buckets[BG * g - 2]
+		lastByteOf[stageKey(ref, 0)] = buckets[BG * g - 1]
 
-		-- Elements not in their own bucket before this batch are tested
-		-- against the neighbours given (the previous bucket; the next one
-		-- when the input is read late, so that copies decided out of
-		-- event-time order still meet): the first word for all, the other
-		-- words only where the first holds.
-		local inOther = {}
-		local prevIdx, nextIdx = buckets[BG * g - 4], buckets[BG * g - 3]
+		-- The newest stage is read whole, as the words inserts will change;
+		-- the older ones, full, are tested like the neighbours.
+		local k0 = gs.k
+		local vals = getWords(KEYS[stageKey(ref, k0)], k0, xs, n, 1, W)
+		local hit = {}
 		local cand, nc = {}, 0
-		for k = 1, (prevIdx + nextIdx > 0) and n or 0 do
+		-- With one stage and no neighbour (a fixed window that has not
+		-- grown), the decision below tests the stage read, as it must
+		-- anyway for the writes of this call: no test ahead of it.
+		local pretest = k0 > 0 or buckets[BG * g - 4] + buckets[BG * g - 3] > 0
+		for k = 1, pretest and n or 0 do
 			local x = xs[k]
 			local base, vb = (x - 1) * stride + 1, (k - 1) * W
+			local all = true
 			for j = 1, W do
 				if not holds(vals[vb + j], el[base + 1 + j]) then
-					nc = nc + 1
-					cand[nc] = x
+					all = false
 					break
 				end
 			end
+			if all then
+				hit[x] = true
+			else
+				nc = nc + 1
+				cand[nc] = x
+			end
 		end
-		for _, otherIdx in ipairs({ prevIdx, nextIdx }) do
-			if otherIdx > 0 and nc > 0 then
-				local oc = caches[otherIdx] or {}
-				local first = getWords(KEYS[otherIdx], cand, nc, 1, 1)
-				local more, nm = {}, 0
-				for i = 1, nc do
-					local x = cand[i]
-					local base = (x - 1) * stride + 1
-					if holds(oc[wordOffs[wordBase[x] + 1]] or first[i], el[base + 2]) then
-						nm = nm + 1
-						more[nm] = x
-					end
+		for st = k0 - 1, 0, -1 do
+			if nc == 0 then break end
+			cand, nc = inStage(stageKey(ref, st), st, cand, nc, hit)
+		end
+		-- The rest are tested against every stage of the neighbours given
+		-- (the previous bucket; the next one when the input is read late,
+		-- so that copies decided out of event-time order still meet).
+		for _, other in ipairs({ buckets[BG * g - 4], buckets[BG * g - 3] }) do
+			if other > 0 and nc > 0 then
+				local os = growth(other)
+				for st = os.k, 0, -1 do
+					if nc == 0 then break end
+					cand, nc = inStage(stageKey(other, st), st, cand, nc, hit)
 				end
-				local rest = W > 1 and getWords(KEYS[otherIdx], more, nm, 2, W) or {}
-				for i = 1, nm do
-					local x = more[i]
-					local base, wb, rb = (x - 1) * stride + 1, wordBase[x], (i - 1) * (W - 1) - 1
+			end
+		end
+
+		-- Decide in order: an element held by none is new, and inserted in
+		-- the newest stage, whose cache makes it visible to later elements
+		-- of the call. A stage at its capacity hands over to the next,
+		-- made ahead by the maintenance; if that is missing the stage
+		-- takes more (counted in o), and past the last stage the bucket
+		-- only tests (counted in c). A stage handed over to in this call
+		-- held nothing before it.
+		local nextMissing = false
+		local keyOf = {}
+		for st = 0, S - 1 do keyOf[st] = stageKey(ref, st) end
+		for k = 1, n do
+			local x = xs[k]
+			local base, vb = (x - 1) * stride + 1, (k - 1) * W
+			local dup, wb = hit[x], wordBase[x]
+			for st = k0, gs.k do
+				if dup then break end
+				local kc = caches[keyOf[st]] or EMPTY
+				-- Without writes in this call, stage k0 holds what vals
+				-- held, tested above if pretest.
+				if kc ~= EMPTY or st ~= k0 or not pretest then
 					local all = true
-					for j = 2, W do
-						if not holds(oc[wordOffs[wb + j]] or rest[rb + j], el[base + 1 + j]) then
+					for j = 1, W do
+						local off = st == 0 and wordOffs[wb + j] or offOf(x, st, j)
+						local v = kc[off] or (st == k0 and vals[vb + j]) or 0
+						if not holds(v, el[base + 1 + j]) then
 							all = false
 							break
 						end
 					end
-					inOther[x] = all or nil
-				end
-				-- The next neighbour tests only what this one did not hold.
-				local left, nl = {}, 0
-				for i = 1, nc do
-					if not inOther[cand[i]] then
-						nl = nl + 1
-						left[nl] = cand[i]
-					end
-				end
-				cand, nc = left, nl
-			end
-		end
-
-		-- Decide in order; the cache makes earlier elements of the batch
-		-- visible to later ones.
-		local c, dirty, nd = {}, {}, 0
-		caches[keyIdx] = c
-		for k = 1, n do
-			local x = xs[k]
-			local base, wb, vb = (x - 1) * stride + 1, wordBase[x], (k - 1) * W
-			local found = true
-			for j = 1, W do
-				if not holds(c[wordOffs[wb + j]] or vals[vb + j], el[base + 1 + j]) then
-					found = false
-					break
+					dup = all
 				end
 			end
-			if found or inOther[x] then
+			if dup then
 				verdict[x] = 'D'
 			else
 				verdict[x] = 'N'
-				for j = 1, W do
-					local off = wordOffs[wb + j]
-					local v = c[off]
-					if v == nil then
-						v = vals[vb + j]
-						nd = nd + 1
-						dirty[nd] = off
+				if gs.n >= capOf[gs.k] and gs.k + 1 < S and not nextMissing then
+					if redis.call('EXISTS', KEYS[keyOf[gs.k + 1]]) == 1 then
+						gs.k, gs.n, gs.dirty = gs.k + 1, 0, true
+					else
+						nextMissing = true
 					end
-					local l = v % HALF
-					local h = (v - l) / HALF
-					local mk = el[base + 1 + j]
-					local ml = mk % HALF
-					local mh = (mk - ml) / HALF
-					c[off] = bor(h, mh) * HALF + bor(l, ml)
+				end
+				if gs.n >= capOf[gs.k] and gs.k + 1 >= S then
+					gs.c, gs.dirty = gs.c + 1, true
+				else
+					if gs.n >= capOf[gs.k] then gs.o = gs.o + 1 end
+					gs.n, gs.dirty = gs.n + 1, true
+					local keyIdx = keyOf[gs.k]
+					local c = caches[keyIdx]
+					if c == nil then
+						c = {}
+						caches[keyIdx] = c
+						dirtyOf[keyIdx] = { 0 }
+						written[keyIdx] = expiry
+					end
+					local d = dirtyOf[keyIdx]
+					for j = 1, W do
+						local off = gs.k == 0 and wordOffs[wb + j] or offOf(x, gs.k, j)
+						local v = c[off]
+						if v == nil then
+							v = (gs.k == k0 and vals[vb + j]) or 0
+							d[1] = d[1] + 1
+							d[d[1] + 1] = off
+						end
+						local l = v % HALF
+						local h = (v - l) / HALF
+						local mk = el[base + 1 + j]
+						local ml = mk % HALF
+						local mh = (mk - ml) / HALF
+						c[off] = bor(h, mh) * HALF + bor(l, ml)
+					end
 				end
 			end
 		end
-		nwrites = nwrites + 1
-		writes[nwrites] = { KEYS[keyIdx], c, dirty, nd, buckets[BG * g - 2], buckets[BG * g - 1] }
+		if gs.dirty then written[btab[BT * (ref - 1) + 1]] = expiry end
+		-- Ask for the next stage once the newest is past its capacity and
+		-- the next is not made yet (see Filter.Grow).
+		if gs.k + 1 < S and gs.n > capOf[gs.k] and not wantStage then
+			wantStage = redis.call('EXISTS', KEYS[stageKey(ref, gs.k + 1)]) == 0
+		end
 	end
 end
 
@@ -296,23 +417,32 @@ for r = 1, nrec do
 	end
 end
 
--- 4. Filter words. The first sub-operation gives a new key its full length
--- at once, so later writes never grow it.
-for i = 1, nwrites do
-	local wr = writes[i]
-	local key, c, dirty, nd = wr[1], wr[2], wr[3], wr[4]
+-- 4. Filter words. The first sub-operation gives a new stage 0 key its
+-- full length at once, so later writes never grow it; later stages are
+-- made at full length ahead of use. Then the growth records.
+for keyIdx, d in pairs(dirtyOf) do
+	local c, nd = caches[keyIdx], d[1]
 	if nd > 0 then
-		local args = ARGS
-		args[1], args[2], args[3], args[4] = 'INCRBY', 'u8', wr[6], '0'
-		local m = 4
+		local args, m = ARGS, 0
+		if lastByteOf[keyIdx] then
+			args[1], args[2], args[3], args[4] = 'INCRBY', 'u8', lastByteOf[keyIdx], '0'
+			m = 4
+		end
 		for k = 1, nd do
-			local off = dirty[k]
+			local off = d[k + 1]
 			args[m + 1], args[m + 2], args[m + 3], args[m + 4] = 'SET', 'u52', off, fmt('%d', c[off])
 			m = m + 4
 		end
-		bitfield(key, args, m, 4)
-		expireNotBefore(key, wr[5])
+		bitfield(KEYS[keyIdx], args, m, 4)
+		expireNotBefore(KEYS[keyIdx], written[keyIdx])
+	end
+end
+for ref, gs in pairs(grown) do
+	local meta = btab[BT * (ref - 1) + 1]
+	if gs.dirty and meta > 0 then
+		redis.call('HSET', KEYS[meta], 'k', gs.k, 'n', gs.n, 'o', gs.o, 'c', gs.c)
+		expireNotBefore(KEYS[meta], written[meta])
 	end
 end
 
-return table.concat(verdict, '', 1, nEl)
+return table.concat(verdict, '', 1, nEl) .. (wantStage and '+' or '')

@@ -1,0 +1,358 @@
+package bloom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"dedupe-worker/internal/testenv"
+)
+
+// assertStage fails unless every shard of the bucket of at inserts into
+// stage want, none test-only, and at most maxOver overfilled: a stage is
+// made once the one before is past its capacity, so the batches in flight
+// then overfill that one.
+func assertStage(t testing.TB, f *Filter, at time.Time, want int, maxOver int64) {
+	t.Helper()
+	b := f.cfg.Windows.Bucket(at)
+	for s := 0; s < f.plan.Shards; s++ {
+		g, err := f.growth(context.Background(), s, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Stage != want || g.Overfilled > maxOver || g.TestOnly != 0 || g.Held == 0 {
+			t.Errorf("shard %d: %+v, want stage %d in use, at most %d overfilled, none test-only", s, g, want, maxOver)
+		}
+	}
+}
+
+// growingFilter is a filter for n IDs per window at rate p that grows up
+// to growth times n, with its clock at now.
+func growingFilter(t testing.TB, c redis.UniversalClient, now time.Time, n int64, p, growth float64, mutate ...func(*Config)) *Filter {
+	t.Helper()
+	plan, err := NewPlan(n, p, PlanOptions{MaxGrowth: growth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newFilter(t, c, now, n, p, func(cfg *Config) {
+		cfg.Plan = plan
+		for _, m := range mutate {
+			m(cfg)
+		}
+	})
+}
+
+// fillTo decides distinct IDs prefix-from..prefix-to in batches of 100,
+// making the next stage when a call asks for it, as the maintenance does,
+// and returns how many were taken for duplicates: false positives, since
+// every ID is new.
+func fillTo(t testing.TB, f *Filter, at time.Time, prefix string, from, to int) int {
+	t.Helper()
+	fp := 0
+	for lo := from; lo < to; lo += 100 {
+		select {
+		case <-f.GrowthWanted():
+			if _, err := f.Grow(context.Background(), at); err != nil {
+				t.Fatal(err)
+			}
+		default:
+		}
+		var es []Element
+		for i := lo; i < min(lo+100, to); i++ {
+			es = append(es, Element{ID: fmt.Appendf(nil, "%s-%d", prefix, i), Time: at, Source: Source{Topic: prefix, Partition: 0, Offset: int64(i)}})
+		}
+		for _, v := range verdicts(t, f, es...) {
+			if v == Duplicate {
+				fp++
+			}
+		}
+	}
+	return fp
+}
+
+// The false-positive rate holds as a window grows to 64 times its planned
+// n: new IDs taken for duplicates stay within 4 standard deviations of
+// the configured rate times the IDs tested (a Poisson count), at 1x, 4x,
+// 16x and 64x, standalone and on a Cluster. Without growth the 64x window
+// drops a large share of new IDs.
+func TestGrowthKeepsTheRate(t *testing.T) {
+	const (
+		n = 2000
+		p = 1e-3
+	)
+	for _, srv := range []struct {
+		name   string
+		client func(t *testing.T) redis.UniversalClient
+	}{
+		{"standalone", func(t *testing.T) redis.UniversalClient { return testenv.RedisClient(t, testenv.Redis(t)) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return testenv.ClusterClient(t, testenv.Cluster(t, 0)) }},
+	} {
+		t.Run(srv.name, func(t *testing.T) {
+			c := srv.client(t)
+			at := testenv.Now()
+			f := growingFilter(t, c, at, n, p, 64, func(cfg *Config) { cfg.Pipeline = "grow-" + srv.name })
+			fp, done := 0, 0
+			for _, load := range []int{1, 4, 16, 64} {
+				fp += fillTo(t, f, at, "id", done, load*n)
+				done = load * n
+				mu := p * float64(done)
+				bound := mu + 4*math.Sqrt(mu) + 1
+				t.Logf("load %dx: %d new IDs, %d taken for duplicates (rate %.2g; bound %.0f for p = %g)", load, done, fp, float64(fp)/float64(done), bound, p)
+				if float64(fp) > bound {
+					t.Errorf("load %dx: %d false positives in %d new IDs, above the bound %.0f", load, fp, done, bound)
+				}
+			}
+			// 128,000 IDs fill stages 0 to 2 (42,000) and go on in stage 3,
+			// made ahead each time: nothing overfilled.
+			assertStage(t, f, at, 3, 3*100)
+			assertAllKeysExpire(t, c)
+			if t.Failed() {
+				return
+			}
+			// The same load without growth.
+			flat := growingFilter(t, c, at, n, p, 1, func(cfg *Config) { cfg.Pipeline = "flat-" + srv.name })
+			if got := fillTo(t, flat, at, "id", 0, 64*n); got < 10*int(p*64*n) {
+				t.Errorf("without growth at 64x: %d false positives, expected far more than %g", got, p*64*n)
+			}
+		})
+	}
+}
+
+// Across stage switches, a replay with other batch boundaries gets the
+// first decisions, and six replicas racing over the same IDs decide each
+// first seen once.
+func TestGrowthReplaysAndRaces(t *testing.T) {
+	c := testenv.RedisClient(t, testenv.Redis(t))
+	at := testenv.Now()
+	const n = 1000
+	f := growingFilter(t, c, at, n, 1e-6, 64)
+	// 30,000 elements with repeats, over stages 0 to 2.
+	es := stream(30_000, 4, 3, at)
+	var first []Verdict
+	for lo := 0; lo < len(es); lo += 700 {
+		if _, err := f.Grow(t.Context(), at); err != nil {
+			t.Fatal(err)
+		}
+		first = append(first, verdicts(t, f, es[lo:min(lo+700, len(es))]...)...)
+	}
+	// Batches of 700 outrun the maintenance of a 1,000-ID stage: some
+	// overfill is expected here, the switches are what is tested.
+	if g, err := f.growth(t.Context(), 0, f.cfg.Windows.Bucket(at)); err != nil || g.Stage < 2 {
+		t.Fatalf("growth %+v (error %v): want stage 2 or later reached", g, err)
+	}
+	replay := runBatches(t, f, es, 333)
+	for i := range es {
+		if replay[i] != replayOf(first[i]) {
+			t.Fatalf("element %d: replayed %v, first %v", i, replay[i], first[i])
+		}
+	}
+
+	// Six replicas, each with its own partition of the same IDs, across
+	// the switch from a stage of 4,000 to the next.
+	g := growingFilter(t, c, at, 4*n, 1e-6, 64, func(cfg *Config) { cfg.Pipeline = "race" })
+	ids := 12_000
+	var wg sync.WaitGroup
+	firsts := make([][]string, 6)
+	for r := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for lo := 0; lo < ids; lo += 50 {
+				if _, err := g.Grow(context.Background(), at); err != nil {
+					t.Error(err)
+					return
+				}
+				var es []Element
+				for i := lo; i < lo+50; i++ {
+					es = append(es, Element{ID: fmt.Appendf(nil, "id-%d", (i*7+r*1000)%ids), Time: at, Source: Source{Topic: "race", Partition: int32(r), Offset: int64(i)}})
+				}
+				v, err := g.TestAndSet(context.Background(), es)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for k, x := range v {
+					if x == FirstSeen {
+						firsts[r] = append(firsts[r], string(es[k].ID))
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[string]int{}
+	for _, fs := range firsts {
+		for _, id := range fs {
+			seen[id]++
+		}
+	}
+	if len(seen) < ids-5 { // at 1e-6, a false positive among 12,000 is unlikely
+		t.Errorf("%d of %d IDs first seen", len(seen), ids)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("%s first seen %d times", id, k)
+		}
+	}
+	assertStage(t, g, at, 1, 6*50)
+	assertAllKeysExpire(t, c)
+}
+
+// Past its last stage a window only tests: new IDs are not inserted,
+// counted as test-only, and no further key is made; racing makers of a
+// stage make it once.
+func TestGrowthCap(t *testing.T) {
+	c := testenv.RedisClient(t, testenv.Redis(t))
+	at := testenv.Now()
+	const n = 1000
+	f := growingFilter(t, c, at, n, 1e-3, 4) // stages of 1,000 and 4,000
+	if len(f.plan.Stages) != 2 {
+		t.Fatalf("%d stages for a growth of 4, want 2", len(f.plan.Stages))
+	}
+	// Racing makers: stage 1 once stage 0 is past its capacity.
+	fillTo(t, f, at, "a", 0, 1100)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	made := 0
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m, err := f.Grow(context.Background(), at)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			made += len(m)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if made != f.plan.Shards {
+		t.Fatalf("stage 1 made %d times by six racing makers, want once per shard (%d)", made, f.plan.Shards)
+	}
+	fp := fillTo(t, f, at, "a", 1100, 10_000)
+	b := f.cfg.Windows.Bucket(at)
+	var testOnly int64
+	for s := 0; s < f.plan.Shards; s++ {
+		g, err := f.growth(t.Context(), s, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Stage != 1 || g.Held < f.plan.Stages[1].CapacityPerShard {
+			t.Errorf("shard %d: %+v, want stage 1 full", s, g)
+		}
+		testOnly += g.TestOnly
+	}
+	// 10,000 IDs, at most 4,000 held: the rest tested only.
+	if testOnly < 4000 {
+		t.Errorf("%d new IDs test-only, want about 6,000", testOnly)
+	}
+	if mu := 1e-3 * 10_000; float64(fp) > mu+4*math.Sqrt(mu)+1 {
+		t.Errorf("%d false positives at the cap, above the bound for %g", fp, mu)
+	}
+	for s := 0; s < f.plan.Shards; s++ {
+		if n, _ := c.Exists(t.Context(), f.StageKey(s, b, 2)).Result(); n != 0 {
+			t.Errorf("a stage 2 key exists past the cap")
+		}
+	}
+	assertAllKeysExpire(t, c)
+}
+
+// Without the maintenance making the next stage, a full stage takes more
+// than its capacity and says so: nothing is allocated inside the script.
+func TestGrowthWithoutMaintenanceOverfills(t *testing.T) {
+	c := testenv.RedisClient(t, testenv.Redis(t))
+	at := testenv.Now()
+	f := growingFilter(t, c, at, 1000, 1e-3, 64)
+	for lo := 0; lo < 3000; lo += 500 {
+		var es []Element
+		for i := lo; i < lo+500; i++ {
+			es = append(es, Element{ID: fmt.Appendf(nil, "o-%d", i), Time: at, Source: Source{Topic: "o", Offset: int64(i)}})
+		}
+		verdicts(t, f, es...)
+	}
+	b := f.cfg.Windows.Bucket(at)
+	g, err := f.growth(t.Context(), 0, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Some of the 3,000 are taken for duplicates: an overfilled stage
+	// passes its rate, which is why it is counted.
+	if g.Stage != 0 || g.Held < 2900 || g.Overfilled != g.Held-1000 {
+		t.Errorf("%+v: want stage 0 holding nearly all 3,000, all but 1,000 of them overfilled", g)
+	}
+	if n, _ := c.Exists(t.Context(), f.StageKey(0, b, 1)).Result(); n != 0 {
+		t.Error("stage 1 exists: the script made it")
+	}
+	// The maintenance catches up: the next batch goes to stage 1.
+	if m, err := f.Grow(t.Context(), at); err != nil || len(m) != 1 {
+		t.Fatalf("made %v, error %v; want stage 1", m, err)
+	}
+	fillTo(t, f, at, "o2", 0, 100)
+	if g, _ := f.growth(t.Context(), 0, b); g.Stage != 1 || g.Held < 80 || g.Held > 100 {
+		t.Errorf("after the maintenance: %+v, want stage 1 holding the new IDs", g)
+	}
+}
+
+// The capacity check says when a window cannot grow to its cap within
+// maxmemory, apart from a plan that does not fit at all.
+func TestCheckCapacityCountsGrowth(t *testing.T) {
+	c := testenv.RedisClient(t, testenv.Redis(t))
+	f := growingFilter(t, c, testenv.Now(), 100_000, 1e-6, 64)
+	base := f.plan.Memory * uint64(f.LiveWindows())
+	grown, _ := f.plan.GrownMemory(64)
+	configSet(t, c, "maxmemory", fmt.Sprint(base+(grown-f.plan.Memory)/2))
+	if err := f.CheckCapacity(t.Context()); !errors.Is(err, ErrGrowthMemory) {
+		t.Errorf("room for half the growth: %v", err)
+	}
+	configSet(t, c, "maxmemory", fmt.Sprint(base+grown))
+	if err := f.CheckCapacity(t.Context()); err != nil {
+		t.Errorf("room for the growth: %v", err)
+	}
+}
+
+// The script places words in stages 1 and up where stageWord says, the
+// mapping Go's own readers use: an ID inserted in stage 1 has its bits
+// there.
+func TestStageWordsMatchTheScript(t *testing.T) {
+	c := testenv.RedisClient(t, testenv.Redis(t))
+	at := testenv.Now()
+	f := growingFilter(t, c, at, 100, 1e-3, 4)
+	fillTo(t, f, at, "s", 0, 101) // stage 0 past its capacity: stage 1 asked for
+	if _, err := f.Grow(t.Context(), at); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"in-stage-1", "another", "a third"}
+	for i, id := range ids {
+		if v := verdicts(t, f, Element{ID: []byte(id), Time: at, Source: Source{Topic: "w", Offset: int64(i)}}); v[0] != FirstSeen {
+			t.Fatalf("%s: %v", id, v)
+		}
+	}
+	b := f.cfg.Windows.Bucket(at)
+	if g, _ := f.growth(t.Context(), 0, b); g.Stage != 1 || g.Held != int64(len(ids)) {
+		t.Fatalf("growth %+v: want the IDs in stage 1", g)
+	}
+	nw := f.plan.Stages[1].ShardBits / WordBits
+	for _, id := range ids {
+		var loc location
+		f.locate([]byte(id), &loc)
+		for j := 0; j < f.plan.Layout.Words; j++ {
+			off := stageWord(loc.u[j], nw)
+			v, err := c.BitField(t.Context(), f.StageKey(loc.shard, b, 1), "GET", "u52", off).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			mask := uint64(loc.hi[j])<<26 | uint64(loc.lo[j])
+			if uint64(v[0])&mask != mask {
+				t.Errorf("%s, word %d at %d in stage 1: %052b lacks %052b", id, j, off, v[0], mask)
+			}
+		}
+	}
+}
