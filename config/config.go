@@ -65,8 +65,13 @@ type Config struct {
 	// is sized for. Default: 1000000.
 	ExpectedPerWindow int64 `envconfig:"EXPECTED_PER_WINDOW" default:"1000000"`
 	// FalsePositiveRate is the chance that a new event is taken for a
-	// duplicate (and dropped) at the expected load. Default: 1e-6.
+	// duplicate (and dropped), at any load up to MaxGrowth times the
+	// expected. Default: 1e-6.
 	FalsePositiveRate float64 `envconfig:"FALSE_POSITIVE_RATE" default:"1e-6"`
+	// MaxGrowth is how far a window may grow past ExpectedPerWindow, as a
+	// factor: past it the window only tests new IDs. 1 turns growth off.
+	// Default: 64.
+	MaxGrowth float64 `envconfig:"MAX_GROWTH" default:"64"`
 	// Shards is the least number of keys per window; more spread a window
 	// over the masters of a Redis Cluster. Default: 1.
 	Shards int `envconfig:"SHARDS" default:"1"`
@@ -244,6 +249,8 @@ func (c Config) Validate() error {
 		return bad("EXPECTED_PER_WINDOW", "%d: want 1 to 1e12", c.ExpectedPerWindow)
 	case !(c.FalsePositiveRate >= 1e-12 && c.FalsePositiveRate < 1):
 		return bad("FALSE_POSITIVE_RATE", "%g: want at least 1e-12 and less than 1", c.FalsePositiveRate)
+	case !(c.MaxGrowth >= 1 && c.MaxGrowth <= 16384):
+		return bad("MAX_GROWTH", "%g: want 1 (no growth) to 16384", c.MaxGrowth)
 	case c.Shards < 1 || c.Shards > 1024:
 		return bad("SHARDS", "%d: want 1 to 1024", c.Shards)
 	case c.BatchSize < 1 || c.BatchSize > 10000:

@@ -101,6 +101,8 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{"DEDUPE_BATCH_LINGER", "0s"},
 		{"DEDUPE_LOG_LEVEL", "loud"},
 		{"DEDUPE_SHARDS", "-2"},
+		{"DEDUPE_MAX_GROWTH", "0.5"},
+		{"DEDUPE_MAX_GROWTH", "huge"},
 		{"DEDUPE_MAX_LAG", "-1h"},
 		{"DEDUPE_MAX_LAG", "1500ms"},
 		{"DEDUPE_MAX_LAG", "745h"},

@@ -40,6 +40,9 @@ type options struct {
 	// backlog stamps the IDs a day before the clock, in a bucket that has
 	// ended, as a backlog read after an outage.
 	backlog bool
+	// load is the distinct IDs over the planned n; growth the window's
+	// DEDUPE_MAX_GROWTH.
+	load, growth float64
 }
 
 func main() {
@@ -51,6 +54,8 @@ func main() {
 	flag.Float64Var(&o.p, "p", 1e-6, "target false-positive rate")
 	flag.StringVar(&o.methods, "methods", "engine-rolling,engine-fixed,setnx,naive", "methods to run, comma-separated")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the ID stream")
+	flag.Float64Var(&o.load, "load", 1, "distinct IDs over the filter's planned n: above 1 the window grows (with -growth above 1)")
+	flag.Float64Var(&o.growth, "growth", 1, "how far a window may grow past its planned n (DEDUPE_MAX_GROWTH; 1: no growth)")
 	flag.BoolVar(&o.backlog, "backlog", false, "stamp the IDs a day back, in a window that has ended (a backlog; a 48h lag bound keeps it)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
@@ -240,7 +245,7 @@ const partitions = 8
 
 func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode) (result, error) {
 	distinct := int64(math.Round(float64(o.n) * (1 - o.dup)))
-	plan, err := bloom.NewPlan(distinct, o.p, bloom.PlanOptions{})
+	plan, err := bloom.NewPlan(int64(math.Ceil(float64(distinct)/o.load)), o.p, bloom.PlanOptions{MaxGrowth: o.growth})
 	if err != nil {
 		return result{}, err
 	}
@@ -277,6 +282,13 @@ func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode)
 			offsets[p]++
 			idx[i] = j
 		}
+		select {
+		case <-f.GrowthWanted():
+			if _, err := f.Grow(ctx, at); err != nil {
+				return r, err
+			}
+		default:
+		}
 		vs, err := f.TestAndSet(ctx, elems[:k])
 		if err != nil {
 			return r, err
@@ -289,12 +301,13 @@ func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode)
 	m.stop(ctx, &r)
 	r.distinct = s.distinct
 	tr.finish(&r, s.distinct)
-	r.expectedFP = expectedFalsePositives(s.distinct, func(i float64) float64 {
-		return bloom.BlockedFPR(float64(plan.Bits())/i, plan.Layout)
-	})
+	r.expectedFP = expectedFalsePositives(s.distinct, plan.FPRHolding)
 	r.note = fmt.Sprintf("layout %d words x %d bits, %d shard(s) of %d bits (%.1f bits per distinct), achieved p %.2e; a classic filter needs %.1f bits, k = %d",
 		plan.Layout.Words, plan.Layout.BitsPerWord, plan.Shards, plan.ShardBits, float64(plan.Bits())/float64(s.distinct), plan.AchievedFPR,
 		float64(plan.Standard.Bits)/float64(distinct), plan.Standard.Hashes)
+	if plan.Growth() {
+		r.note += fmt.Sprintf("; planned n %d, growth up to %gx in %d stages", plan.Elements, o.growth, len(plan.Stages))
+	}
 	return r, nil
 }
 

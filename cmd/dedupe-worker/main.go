@@ -117,6 +117,8 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	defLag, _ := time.ParseDuration(envOr("DEDUPE_MAX_LAG", "1h"))
 	maxLag := fs.Duration("max-lag", defLag, "lag bound: how long after their event time events are still deduplicated")
 	shards := fs.Int("shards", defS, "least number of shards")
+	defGrowth, _ := strconv.ParseFloat(envOr("DEDUPE_MAX_GROWTH", "64"), 64)
+	growth := fs.Float64("max-growth", defGrowth, "how far a window may grow past n (1: no growth)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -130,7 +132,7 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "n per window\twindow\ttarget p\tlayout\tshards\tbits/ID\tclassic bits/ID (k)\tMiB per window\tMiB live (%d windows)\tachieved p\n", live)
 	for _, target := range []float64{*p, 1e-2, 1e-4, 1e-6, 1e-9} {
-		pl, err := bloom.NewPlan(*n, target, bloom.PlanOptions{MinShards: *shards})
+		pl, err := bloom.NewPlan(*n, target, bloom.PlanOptions{MinShards: *shards, MaxGrowth: *growth})
 		if err != nil {
 			fmt.Fprintln(stderr, "dedupe-worker plan:", err)
 			return 2
@@ -142,6 +144,30 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		if target == *p && len(args) > 0 {
 			break
 		}
+	}
+	tw.Flush()
+	pl, err := bloom.NewPlan(*n, *p, bloom.PlanOptions{MinShards: *shards, MaxGrowth: *growth})
+	if err != nil || !pl.Growth() {
+		return 0
+	}
+	fmt.Fprintf(stdout, "\ngrowth at p = %g: up to %d stages, each taking the window to %dx at half the rate of the one before, %d IDs per window in all (%.0fx)\n",
+		*p, len(pl.Stages), bloom.GrowthFactor, pl.Capacity(), float64(pl.Capacity())/float64(*n))
+	if float64(pl.Capacity()) < *growth*float64(*n) {
+		fmt.Fprintf(stdout, "a further stage would not fit one Redis string per shard: more shards (-shards, DEDUPE_SHARDS) let the window grow to %gx\n", *growth)
+	}
+	tw = tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "load\tIDs per window\tstages\tMiB per window\tMiB live\tbound on p\tRedis reads+writes per new ID")
+	for _, load := range []float64{1, 4, 16, 64} {
+		mem, k := pl.GrownMemory(load)
+		// The newest stage is read whole and written, each older stage
+		// tested by one word (rarely more), and in rolling mode the previous
+		// bucket's stages likewise.
+		ops := 2*pl.Layout.Words + k - 1
+		if m == bloom.Rolling {
+			ops += k
+		}
+		fmt.Fprintf(tw, "%gx\t%d\t%d\t%.0f\t%.0f\t%.2g\t%d\n", load, int64(load*float64(*n)), k, float64(mem)/(1<<20),
+			float64(mem)*float64(live)/(1<<20), pl.GrownFPR(load), ops)
 	}
 	tw.Flush()
 	return 0
@@ -170,10 +196,10 @@ func stats(ctx context.Context, stdout, stderr io.Writer) int {
 		return 1
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "window start (UTC)\tshard\tkey\tbits set\tfill\test. elements\tfalse-positive rate\tTTL\tbytes")
+	fmt.Fprintln(tw, "window start (UTC)\tshard\tkey\tstages\tbits set\tfill (newest stage)\test. elements\tfalse-positive rate\toverfilled\ttest-only\tTTL\tbytes")
 	for _, s := range st {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.4f\t%.0f\t%.2g\t%v\t%d\n", s.Start.Format(time.RFC3339), s.Shard, s.Key,
-			s.BitsSet, s.Fill, s.Elements, s.FPR, s.TTL.Round(time.Second), s.Memory)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%.4f\t%.0f\t%.2g\t%d\t%d\t%v\t%d\n", s.Start.Format(time.RFC3339), s.Shard, s.Key, s.Stages,
+			s.BitsSet, s.Fill, s.Elements, s.FPR, s.Overfilled, s.TestOnly, s.TTL.Round(time.Second), s.Memory)
 	}
 	tw.Flush()
 	return 0

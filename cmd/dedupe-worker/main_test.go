@@ -126,11 +126,22 @@ func TestBinaryBadConfig(t *testing.T) {
 
 func TestPlanCommand(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"plan", "-n", "7000000", "-p", "1e-6"}, &out, &errb); code != 0 {
+	if code := run([]string{"plan", "-n", "7000000", "-p", "1e-6", "-max-growth", "1"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	if !strings.Contains(out.String(), "4x4") || !strings.Contains(out.String(), "8.2e-07") {
-		t.Fatalf("plan output:\n%s", out.String())
+	if !strings.Contains(out.String(), "4x4") || !strings.Contains(out.String(), "8.2e-07") || strings.Contains(out.String(), "growth") {
+		t.Fatalf("plan output without growth:\n%s", out.String())
+	}
+	// With growth, a row per load; the planner takes the shards the last
+	// stage needs, so the window reaches 64x.
+	out.Reset()
+	if code := run([]string{"plan", "-n", "7000000", "-p", "1e-6", "-max-growth", "64", "-shards", "1"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"\n1x ", "\n4x ", "\n16x ", "\n64x ", "(64x)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("plan output with growth has no %q:\n%s", want, out.String())
+		}
 	}
 	// The lag bound's windows are counted: 10-minute rolling windows and
 	// a 1h bound keep 3 + 6 windows of 28 MiB, a 6h bound 3 + 36.

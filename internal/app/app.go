@@ -52,9 +52,9 @@ func NewFilter(cfg config.Config, rc redis.UniversalClient) (*bloom.Filter, erro
 }
 
 func newFilter(cfg config.Config, rc redis.UniversalClient, now func() time.Time) (*bloom.Filter, error) {
-	plan, err := bloom.NewPlan(cfg.ExpectedPerWindow, cfg.FalsePositiveRate, bloom.PlanOptions{MinShards: cfg.Shards})
+	plan, err := bloom.NewPlan(cfg.ExpectedPerWindow, cfg.FalsePositiveRate, bloom.PlanOptions{MinShards: cfg.Shards, MaxGrowth: cfg.MaxGrowth})
 	if err != nil {
-		return nil, fmt.Errorf("DEDUPE_EXPECTED_PER_WINDOW, DEDUPE_FALSE_POSITIVE_RATE: %w", err)
+		return nil, fmt.Errorf("DEDUPE_EXPECTED_PER_WINDOW, DEDUPE_FALSE_POSITIVE_RATE, DEDUPE_MAX_GROWTH: %w", err)
 	}
 	mode, err := bloom.ParseMode(cfg.WindowMode)
 	if err != nil {
@@ -115,7 +115,8 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 	plan := filter.Plan()
 	log.Info("filter planned", zap.Int64("expected_per_window", plan.Elements), zap.Float64("target_fpr", plan.TargetFPR),
 		zap.Float64("achieved_fpr", plan.AchievedFPR), zap.Int("words", plan.Layout.Words), zap.Int("bits_per_word", plan.Layout.BitsPerWord),
-		zap.Int("shards", plan.Shards), zap.Uint64("bytes_per_window", plan.Memory), zap.Int("live_windows", filter.LiveWindows()),
+		zap.Int("shards", plan.Shards), zap.Uint64("bytes_per_window", plan.Memory), zap.Int("stages", len(plan.Stages)),
+		zap.Int64("capacity_per_window", plan.Capacity()), zap.Int("live_windows", filter.LiveWindows()),
 		zap.Uint64("bytes_live", plan.Memory*uint64(filter.LiveWindows())), zap.Duration("max_lag", cfg.MaxLag),
 		zap.String("late_policy", cfg.LatePolicy), zap.String("key_tag", filter.Tag()))
 
@@ -165,8 +166,11 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 		}
 		return errors.Join(err, cerr)
 	}
-	if err := filter.CheckCapacity(ctx); errors.Is(err, bloom.ErrInvalidPlan) {
+	switch err := filter.CheckCapacity(ctx); {
+	case errors.Is(err, bloom.ErrInvalidPlan):
 		return errors.Join(err, closeAll())
+	case err != nil:
+		log.Warn("checking the filter against Redis maxmemory", zap.Error(err))
 	}
 
 	// Maintenance: create the next bucket's keys ahead of time and export
@@ -213,8 +217,10 @@ func serve(addr string, reg *prometheus.Registry, ready func() bool, log *zap.Lo
 
 // FilterGauges are the filter statistics the worker exports.
 type FilterGauges struct {
-	fill, fpr, elements, ttl *prometheus.GaugeVec
-	maxLag                   prometheus.Gauge
+	fill, fpr, elements, ttl     *prometheus.GaugeVec
+	stages, overfilled, testOnly *prometheus.GaugeVec
+	maxLag                       prometheus.Gauge
+	grown                        prometheus.Counter
 }
 
 // NewFilterGauges registers the filter statistics the worker exports per
@@ -233,43 +239,84 @@ func NewFilterGauges(reg prometheus.Registerer, pipeline string) *FilterGauges {
 		ttl: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_ttl_seconds",
 			Help: "Time the window's key has left.", ConstLabels: l}, labels),
 	}
+	g.stages = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_stages",
+		Help: "Stages the window has grown into (1: its planned size).", ConstLabels: l}, labels)
+	g.overfilled = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_overfilled",
+		Help: "Elements inserted past a full stage because the next was not made in time: the rate is above target.", ConstLabels: l}, labels)
+	g.testOnly = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_test_only",
+		Help: "New elements only tested, not inserted, because the window reached DEDUPE_MAX_GROWTH: their copies pass.", ConstLabels: l}, labels)
+	g.grown = prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupe_filter_stages_made_total",
+		Help: "Stages this replica made ahead for windows that grow.", ConstLabels: l})
 	g.maxLag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "dedupe_max_lag_seconds",
 		Help: "The lag bound, DEDUPE_MAX_LAG: events decided later than this after their event time may not be deduplicated.", ConstLabels: l})
-	reg.MustRegister(g.fill, g.fpr, g.elements, g.ttl, g.maxLag)
+	reg.MustRegister(g.fill, g.fpr, g.elements, g.ttl, g.maxLag, g.stages, g.overfilled, g.testOnly, g.grown)
 	return g
 }
 
+// growEvery is how often the maintenance looks for windows to grow; the
+// rest (preallocation, gauges) runs every sixth time.
+const growEvery = 5 * time.Second
+
 func maintain(ctx context.Context, f *bloom.Filter, window time.Duration, g *FilterGauges, log *zap.Logger) {
-	tick := time.NewTicker(30 * time.Second)
+	tick := time.NewTicker(growEvery)
 	defer tick.Stop()
-	for {
+	capped := map[[2]int64]bool{} // buckets and shards whose cap was logged
+	for round := 0; ; round++ {
 		now := f.Now()
-		if err := f.Preallocate(ctx, now); err != nil && ctx.Err() == nil {
-			log.Warn("preallocating the current window", zap.Error(err))
+		made, err := f.Grow(ctx, now)
+		for _, m := range made {
+			g.grown.Inc()
+			log.Info("window grew: next stage made ahead", zap.Time("window", f.Windows().Start(m.Bucket)), zap.Int("shard", m.Shard),
+				zap.Int("stage", m.Stage), zap.Uint64("bytes", m.Bytes))
 		}
-		if err := f.Preallocate(ctx, now.Add(window)); err != nil && ctx.Err() == nil {
-			log.Warn("preallocating the next window", zap.Error(err))
+		if err != nil && ctx.Err() == nil {
+			log.Warn("growing windows", zap.Error(err))
 		}
-		if st, err := f.Stats(ctx, now); err == nil {
-			cur := f.Plan().Shards
-			for i, s := range st {
-				win := "current"
-				if i >= cur {
-					win = "previous"
-				}
-				shard := strconv.Itoa(s.Shard)
-				g.fill.WithLabelValues(win, shard).Set(s.Fill)
-				g.fpr.WithLabelValues(win, shard).Set(s.FPR)
-				g.elements.WithLabelValues(win, shard).Set(s.Elements)
-				g.ttl.WithLabelValues(win, shard).Set(s.TTL.Seconds())
-			}
-		} else if ctx.Err() == nil {
-			log.Warn("reading filter stats", zap.Error(err))
+		if round%6 == 0 {
+			maintainSlow(ctx, f, now, window, g, capped, log)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-f.GrowthWanted():
+			round-- // not a tick: the slow work keeps its pace
+		}
+	}
+}
+
+func maintainSlow(ctx context.Context, f *bloom.Filter, now time.Time, window time.Duration, g *FilterGauges, capped map[[2]int64]bool, log *zap.Logger) {
+	if err := f.Preallocate(ctx, now); err != nil && ctx.Err() == nil {
+		log.Warn("preallocating the current window", zap.Error(err))
+	}
+	if err := f.Preallocate(ctx, now.Add(window)); err != nil && ctx.Err() == nil {
+		log.Warn("preallocating the next window", zap.Error(err))
+	}
+	st, err := f.Stats(ctx, now)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("reading filter stats", zap.Error(err))
+		}
+		return
+	}
+	cur := f.Plan().Shards
+	for i, s := range st {
+		win := "current"
+		if i >= cur {
+			win = "previous"
+		}
+		shard := strconv.Itoa(s.Shard)
+		g.fill.WithLabelValues(win, shard).Set(s.Fill)
+		g.fpr.WithLabelValues(win, shard).Set(s.FPR)
+		g.elements.WithLabelValues(win, shard).Set(s.Elements)
+		g.ttl.WithLabelValues(win, shard).Set(s.TTL.Seconds())
+		g.stages.WithLabelValues(win, shard).Set(float64(s.Stages))
+		g.overfilled.WithLabelValues(win, shard).Set(float64(s.Overfilled))
+		g.testOnly.WithLabelValues(win, shard).Set(float64(s.TestOnly))
+		if k := [2]int64{s.Bucket, int64(s.Shard)}; s.TestOnly > 0 && !capped[k] {
+			capped[k] = true
+			log.Warn("window reached DEDUPE_MAX_GROWTH: new IDs are only tested, their copies pass", zap.Time("window", s.Start),
+				zap.Int("shard", s.Shard), zap.Int64("test_only", s.TestOnly), zap.Float64("estimated_elements", s.Elements))
 		}
 	}
 }

@@ -31,6 +31,7 @@ func RunDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the click generator")
 	fs.DurationVar(&o.Behind, "behind", 0, "stamp the events this long before the clock: a backlog read after an outage")
 	fs.DurationVar(&o.MaxLag, "max-lag", time.Hour, "the workers' lag bound, DEDUPE_MAX_LAG")
+	fs.Float64Var(&o.MaxGrowth, "max-growth", 64, "how far a window may grow past -expected, DEDUPE_MAX_GROWTH (1: no growth)")
 	fs.BoolVar(&o.Verbose, "v", false, "show the workers' warnings as they are logged")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -113,6 +114,8 @@ func (r *Result) Print(w io.Writer) {
 	} else {
 		row("filter statistics", "fill %.4f, estimated %s IDs, estimated p %.2g now (bloom stats)", r.Fill, group3(int64(r.EstElements)), r.EstFPR)
 	}
+	row("filter stages", "%d of %d (growth up to %gx the expected IDs); %s inserted past a full stage, %s only tested past the cap",
+		r.Stages, len(r.Plan.Stages), o.MaxGrowth, group3(r.Overfilled), group3(r.TestOnly))
 	var each []string
 	for _, d := range r.PerReplica {
 		each = append(each, group3(int64(d)))

@@ -54,7 +54,9 @@ type Options struct {
 	// Behind stamps the events this long before the clock, as a backlog
 	// read after an outage; MaxLag is the workers' lag bound (default 1h).
 	Behind, MaxLag time.Duration
-	P              float64 // target false-positive rate
+	// MaxGrowth is how far a window may grow past Expected (default 64).
+	MaxGrowth float64
+	P         float64 // target false-positive rate
 	// Expected is the filter's capacity: distinct IDs per window. 0 sizes
 	// it for the distinct IDs the run is expected to have, so the filter
 	// ends the run at its planned load and rate.
@@ -79,6 +81,9 @@ func (o *Options) setDefaults() {
 	if o.MaxLag == 0 {
 		o.MaxLag = time.Hour
 	}
+	if o.MaxGrowth == 0 {
+		o.MaxGrowth = 64
+	}
 }
 
 func (o Options) validate() error {
@@ -89,6 +94,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("-dup %g, -bad %g: want shares from 0 to below 1, together below 1", o.Dup, o.Bad)
 	case o.Window < time.Second || o.Window%time.Second != 0 || o.Window > 744*time.Hour:
 		return fmt.Errorf("-window %v: want whole seconds from 1s to 744h", o.Window)
+	case !(o.MaxGrowth >= 1 && o.MaxGrowth <= 16384):
+		return fmt.Errorf("-max-growth %g: want 1 to 16384", o.MaxGrowth)
 	case o.Behind < 0 || o.Behind > 744*time.Hour:
 		return fmt.Errorf("-behind %v: want 0 to 744h", o.Behind)
 	case o.MaxLag < time.Second || o.MaxLag%time.Second != 0 || o.MaxLag > 744*time.Hour:
@@ -152,6 +159,10 @@ type Result struct {
 	// Fill, EstElements and EstFPR are the filter's own statistics for the
 	// newest bucket holding IDs (bloom.Filter.Stats).
 	Fill, EstElements, EstFPR float64
+	// Stages the newest window grew into; Overfilled and TestOnly from its
+	// growth records.
+	Stages               int
+	Overfilled, TestOnly int64
 
 	PerReplica   []float64 // events decided by each replica
 	Verdicts     map[string]float64
@@ -172,7 +183,7 @@ func workerConfig(o Options, brokers []string, redisAddr, httpAddr string) confi
 	return config.Config{
 		Pipeline: "demo", KafkaBrokers: brokers, InputTopic: InputTopic, OutputTopic: OutputTopic, DLQTopic: DLQTopic,
 		GroupID: Group, RedisAddrs: []string{redisAddr}, IDField: "click_id", TimeField: "ts",
-		Window: o.Window, WindowMode: "rolling", MaxLag: o.MaxLag, LatePolicy: config.LateForward, StartOffset: "earliest",
+		Window: o.Window, WindowMode: "rolling", MaxLag: o.MaxLag, LatePolicy: config.LateForward, StartOffset: "earliest", MaxGrowth: o.MaxGrowth,
 		ExpectedPerWindow: o.Expected, FalsePositiveRate: o.P, Shards: 1, BatchSize: 1000, BatchLinger: 100 * time.Millisecond,
 		HTTPAddr: httpAddr, LogLevel: "warn", RedisTimeout: 5 * time.Second, KafkaTimeout: 10 * time.Second,
 		KafkaSessionTimeout: 3 * time.Second, ShutdownTimeout: 10 * time.Second,
@@ -229,7 +240,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, ErrNoRedis
 	}
-	plan, err := bloom.NewPlan(o.Expected, o.P, bloom.PlanOptions{MinShards: 1})
+	plan, err := bloom.NewPlan(o.Expected, o.P, bloom.PlanOptions{MinShards: 1, MaxGrowth: o.MaxGrowth})
 	if err != nil {
 		return nil, err
 	}
@@ -544,6 +555,9 @@ func redisFacts(ctx context.Context, rc redis.UniversalClient, f *bloom.Filter, 
 	}
 	var set, all uint64
 	for _, x := range st[:min(shards, len(st))] {
+		res.Stages = max(res.Stages, x.Stages)
+		res.Overfilled += x.Overfilled
+		res.TestOnly += x.TestOnly
 		set += x.BitsSet
 		all += x.Bits
 		res.EstElements += x.Elements

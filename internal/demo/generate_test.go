@@ -102,7 +102,7 @@ func TestGenerateCount(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"in": 4, "out": 4, "dlq": 1})
 	brokers := k.Addrs()
 	srv := testenv.Redis(t)
-	cfg := workerConfig(Options{Window: 10 * time.Minute, Expected: 100_000, P: 1e-9}, brokers, srv.Addr, redisproc.FreeAddr())
+	cfg := workerConfig(Options{Window: 10 * time.Minute, Expected: 100_000, P: 1e-9, MaxLag: time.Hour, MaxGrowth: 64}, brokers, srv.Addr, redisproc.FreeAddr())
 	cfg.InputTopic, cfg.OutputTopic, cfg.DLQTopic = "in", "out", "dlq"
 	worker := testenv.StartReplica(t, cfg, app.Run, nil)
 	defer func() {

@@ -154,12 +154,7 @@ func deadReasons(dead []*kgo.Record) map[string]int {
 // filter is what i insertions make either way. In rolling mode a test also
 // reads the previous bucket, full by then: 1 - (1 - fpr(prev))(1 - fpr(i)).
 func expectedFalsePositives(plan bloom.Plan, rolling bool, perBucket map[int64]int) (mean, variance float64) {
-	fpr := func(i float64) float64 {
-		if i <= 0 {
-			return 0
-		}
-		return bloom.BlockedFPR(float64(plan.Bits())/i, plan.Layout)
-	}
+	fpr := plan.FPRHolding
 	buckets := make([]int64, 0, len(perBucket))
 	for b := range perBucket {
 		buckets = append(buckets, b)

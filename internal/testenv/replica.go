@@ -38,7 +38,7 @@ func Config(pipeline string, brokers []string, redisAddrs ...string) config.Conf
 	return config.Config{
 		Pipeline: pipeline, KafkaBrokers: brokers, InputTopic: "in", OutputTopic: "out", DLQTopic: "dlq",
 		GroupID: "dedupe-" + pipeline, RedisAddrs: redisAddrs, IDField: "id", Window: 10 * time.Minute, WindowMode: "rolling",
-		MaxLag: time.Hour, LatePolicy: "forward", StartOffset: "earliest", ExpectedPerWindow: 100_000, FalsePositiveRate: 1e-6, Shards: 1, BatchSize: 100,
+		MaxLag: time.Hour, LatePolicy: "forward", StartOffset: "earliest", MaxGrowth: 64, ExpectedPerWindow: 100_000, FalsePositiveRate: 1e-6, Shards: 1, BatchSize: 100,
 		BatchLinger: 20 * time.Millisecond, HTTPAddr: redisproc.FreeAddr(), LogLevel: "warn", RedisTimeout: 2 * time.Second,
 		KafkaTimeout: 5 * time.Second, KafkaSessionTimeout: 2 * time.Second, ShutdownTimeout: 10 * time.Second,
 	}
