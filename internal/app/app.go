@@ -253,39 +253,46 @@ func NewFilterGauges(reg prometheus.Registerer, pipeline string) *FilterGauges {
 	return g
 }
 
-// growEvery is how often the maintenance looks for windows to grow; the
-// rest (preallocation, gauges) runs every sixth time.
-const growEvery = 5 * time.Second
+// growEvery is how often the maintenance looks for windows to grow, and
+// slowEvery how often it preallocates and reads the gauges.
+const (
+	growEvery = 5 * time.Second
+	slowEvery = 30 * time.Second
+)
 
 func maintain(ctx context.Context, f *bloom.Filter, window time.Duration, g *FilterGauges, log *zap.Logger) {
 	tick := time.NewTicker(growEvery)
 	defer tick.Stop()
-	capped := map[[2]int64]bool{} // buckets and shards whose cap was logged
-	for round := 0; ; round++ {
-		now := f.Now()
-		made, err := f.Grow(ctx, now)
-		for _, m := range made {
-			g.grown.Inc()
-			log.Info("window grew: next stage made ahead", zap.Time("window", f.Windows().Start(m.Bucket)), zap.Int("shard", m.Shard),
-				zap.Int("stage", m.Stage), zap.Uint64("bytes", m.Bytes))
+	warned := map[[2]int64]string{} // buckets and shards already warned about
+	var lastSlow, growFailed time.Time
+	for {
+		// After a failure, requests from the script wait for the tick.
+		if now := time.Now(); now.Sub(growFailed) >= growEvery {
+			made, err := f.Grow(ctx, f.Now())
+			for _, m := range made {
+				g.grown.Inc()
+				log.Info("window grew: next stage made", zap.Time("window", f.Windows().Start(m.Bucket)), zap.Int("shard", m.Shard),
+					zap.Int("stage", m.Stage), zap.Uint64("bytes", m.Bytes))
+			}
+			if err != nil && ctx.Err() == nil {
+				growFailed = now
+				log.Warn("growing windows", zap.Error(err))
+			}
 		}
-		if err != nil && ctx.Err() == nil {
-			log.Warn("growing windows", zap.Error(err))
-		}
-		if round%6 == 0 {
-			maintainSlow(ctx, f, now, window, g, capped, log)
+		if now := time.Now(); now.Sub(lastSlow) >= slowEvery {
+			lastSlow = now
+			maintainSlow(ctx, f, f.Now(), window, g, warned, log)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		case <-f.GrowthWanted():
-			round-- // not a tick: the slow work keeps its pace
 		}
 	}
 }
 
-func maintainSlow(ctx context.Context, f *bloom.Filter, now time.Time, window time.Duration, g *FilterGauges, capped map[[2]int64]bool, log *zap.Logger) {
+func maintainSlow(ctx context.Context, f *bloom.Filter, now time.Time, window time.Duration, g *FilterGauges, warned map[[2]int64]string, log *zap.Logger) {
 	if err := f.Preallocate(ctx, now); err != nil && ctx.Err() == nil {
 		log.Warn("preallocating the current window", zap.Error(err))
 	}
@@ -313,10 +320,24 @@ func maintainSlow(ctx context.Context, f *bloom.Filter, now time.Time, window ti
 		g.stages.WithLabelValues(win, shard).Set(float64(s.Stages))
 		g.overfilled.WithLabelValues(win, shard).Set(float64(s.Overfilled))
 		g.testOnly.WithLabelValues(win, shard).Set(float64(s.TestOnly))
-		if k := [2]int64{s.Bucket, int64(s.Shard)}; s.TestOnly > 0 && !capped[k] {
-			capped[k] = true
-			log.Warn("window reached DEDUPE_MAX_GROWTH: new IDs are only tested, their copies pass", zap.Time("window", s.Start),
-				zap.Int("shard", s.Shard), zap.Int64("test_only", s.TestOnly), zap.Float64("estimated_elements", s.Elements))
+		k := [2]int64{s.Bucket, int64(s.Shard)}
+		switch stage := f.Plan().Stages[min(s.Stages, len(f.Plan().Stages))-1]; {
+		case s.TestOnly > 0 && warned[k] != "test-only":
+			warned[k] = "test-only"
+			log.Warn("window only tests new IDs: it reached DEDUPE_MAX_GROWTH, or its next stage could not be made; their copies pass",
+				zap.Time("window", s.Start), zap.Int("shard", s.Shard), zap.Int64("test_only", s.TestOnly), zap.Float64("estimated_elements", s.Elements))
+		case s.Overfilled > stage.CapacityPerShard/100 && warned[k] == "":
+			// A few batches overfill each stage while the next is made;
+			// more means it is late.
+			warned[k] = "overfilled"
+			log.Warn("window overfilled: its next stage was not made in time, the false-positive rate is above target",
+				zap.Time("window", s.Start), zap.Int("shard", s.Shard), zap.Int64("overfilled", s.Overfilled))
+		}
+	}
+	// Windows long expired are forgotten.
+	for k := range warned {
+		if k[0] < f.Windows().Bucket(now.Add(-f.Windows().Retention())) {
+			delete(warned, k)
 		}
 	}
 }

@@ -79,17 +79,18 @@
 // p_0 = p(1-r)/(1-r^K), and the sum is exactly p at the cap, below it
 // before.
 //
-// Why these: s = 4 reaches 64n in 4 stages, so an element is tested in at
-// most 4 stages of a bucket (every stage is one more read per new
-// element), and a window at 4, 16 or 64 times its plan has filled its
+// Why these: s = 4 reaches 64n (the default cap) in 4 stages, so an
+// element is tested in at most 4 stages of a bucket (every stage is one
+// more read per new element; the chain is at most MaxStages long), and a window at 4, 16 or 64 times its plan has filled its
 // stages exactly: memory follows the load within a factor of 4 between
 // those points, and at them is within 1.3 times that of one filter
-// planned for the load. r = 1/2 costs stage 0 about 1.4 bits per element more
-// than a lone filter (+4% at 1e-6; with the cap normalisation stage 0
-// gets a little more than half of p), and a later stage about 1.4 bits per
-// step of tightening. Every stage keeps stage 0's layout, so a window that
-// never grows costs what a lone filter does per element; later stages buy
-// their rate with bits. A stage that would not fit one Redis string per
+// planned for the load. r = 1/2 gives stage 0 a little more than half of p
+// (8/15 with 4 stages), which costs it about 1.4 bits per element more than
+// a lone filter (5 to 7% of the memory at 1e-6, with the allocator's
+// rounding), and each later stage about 1.4 bits more per step of
+// tightening. Every stage keeps the layout chosen for p, so a window that
+// never grows makes the same Redis calls per element as a lone filter;
+// later stages buy their rate with bits. A stage that would not fit one Redis string per
 // shard ends the chain (more shards lengthen it).
 //
 // Counting is exact: the script counts the elements it inserts in the

@@ -414,7 +414,8 @@ func (f *Filter) Grow(ctx context.Context, t time.Time) ([]ShardStage, error) {
 	}
 	w := f.cfg.Windows
 	var made []ShardStage
-	for b := w.Bucket(t.Add(-w.MaxLag - w.Length)); b <= w.Bucket(t); b++ {
+	var zeros []byte
+	for b := w.Bucket(t.Add(-w.MaxLag - w.Length)); b <= w.Bucket(t.Add(f.cfg.MaxFutureSkew)); b++ {
 		exp := time.Unix(w.ExpireAt(b), 0)
 		if !exp.After(f.cfg.Now()) {
 			continue
@@ -438,12 +439,32 @@ func (f *Filter) Grow(ctx context.Context, t time.Time) ([]ShardStage, error) {
 			if n == 1 {
 				continue
 			}
-			zeros := make([]byte, f.plan.Stages[next].ShardBits/8)
+			// One maker per stage: replicas that find it missing together
+			// would each send the whole value, which Redis buffers in full
+			// before the NX refuses it. The lock expires on its own.
+			cctx, cancel = f.callCtx(ctx)
+			locked, err := f.client.SetNX(cctx, key+":making", 1, time.Minute).Result()
+			cancel()
+			if err != nil {
+				return made, fmt.Errorf("%w: locking %s: %w", ErrRedis, key, err)
+			}
+			if !locked {
+				continue
+			}
+			if size := int(f.plan.Stages[next].ShardBits / 8); cap(zeros) < size {
+				zeros = make([]byte, size)
+			} else {
+				zeros = zeros[:size]
+			}
 			// A stage of hundreds of MiB takes a while to send.
 			sctx, cancel := context.WithTimeout(ctx, f.cfg.CallTimeout+time.Duration(len(zeros)>>20)*100*time.Millisecond)
 			ok, err := f.client.SetArgs(sctx, key, zeros, redis.SetArgs{Mode: "NX", ExpireAt: exp}).Result()
 			cancel()
 			if err != nil && err != redis.Nil {
+				// Another replica may try at once.
+				dctx, cancel := f.callCtx(context.WithoutCancel(ctx))
+				f.client.Del(dctx, key+":making")
+				cancel()
 				return made, fmt.Errorf("%w: making stage %d of %s: %w", ErrRedis, next, f.FilterKey(s, b), err)
 			}
 			if ok == "OK" {

@@ -199,8 +199,8 @@ type Plan struct {
 	// Standard is a classic filter for the same n and p, for comparison.
 	Standard Standard
 	// Stages is the chain one window grows through: Stages[0] is the
-	// filter above (ShardBits, Memory); each next one is made ahead when the
-	// one before is half full. One stage when growth is off.
+	// filter above (ShardBits, Memory); each next one is made when the one
+	// before is past its capacity. One stage when growth is off.
 	Stages []Stage
 }
 
@@ -318,11 +318,16 @@ func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
 	if stages > 1 {
 		last := float64(n) * (math.Pow(GrowthFactor, float64(stages-1)) - math.Pow(GrowthFactor, float64(stages-2)))
 		bits := bitsNeeded(layout, p0*math.Pow(TighteningRatio, float64(stages-1))) * last
-		lo = max(lo, int(math.Ceil(bits/(MaxKeyBits-8*shardOverhead))))
+		lo = max(lo, min(maxShards, int(math.Ceil(bits/(maxStageShardBits-8*shardOverhead)))))
 	}
 	best := Plan{}
 	for s := lo; s < lo+8; s++ {
 		perShard := (need + uint64(s) - 1) / uint64(s)
+		if stages > 1 {
+			// A shard counts its share with room for the hash's spread
+			// (perShardCount), and is sized for it.
+			perShard = uint64(math.Ceil(perElem * float64(perShardCount(n, s))))
+		}
 		class := allocClass(perShard/8 + shardOverhead)
 		shardBits := min((class-shardOverhead)*8, MaxKeyBits) / WordBits * WordBits
 		mem := class * uint64(s)
@@ -340,12 +345,12 @@ func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
 	for i := 1; i < stages; i++ {
 		capacity := n * (int64(math.Pow(GrowthFactor, float64(i))) - int64(math.Pow(GrowthFactor, float64(i-1))))
 		rate := p0 * math.Pow(TighteningRatio, float64(i))
-		bits := math.Ceil(bitsNeeded(layout, rate) * float64(capacity) / float64(best.Shards))
-		if bits/8+shardOverhead > MaxKeyBits/8 {
+		bits := math.Ceil(bitsNeeded(layout, rate) * float64(perShardCount(capacity, best.Shards)))
+		if bits/8+shardOverhead > maxStageShardBits/8 {
 			break
 		}
 		class := allocClass(uint64(bits)/8 + shardOverhead)
-		shardBits := min((class-shardOverhead)*8, MaxKeyBits) / WordBits * WordBits
+		shardBits := min((class-shardOverhead)*8, maxStageShardBits) / WordBits * WordBits
 		best.Stages = append(best.Stages, Stage{Capacity: capacity, CapacityPerShard: perShardCount(capacity, best.Shards),
 			FPR: BlockedFPR(float64(shardBits)*float64(best.Shards)/float64(capacity), layout), ShardBits: shardBits, Memory: class * uint64(best.Shards)})
 	}
@@ -356,9 +361,28 @@ func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
 	return best, nil
 }
 
-// perShardCount is one shard's share of n elements, rounded up: elements
-// are spread over the shards by hash, evenly on average.
-func perShardCount(n int64, shards int) int64 { return (n + int64(shards) - 1) / int64(shards) }
+// maxStageShardBits bounds one shard of a stage past the first: 128 MiB.
+// A stage is made in one SET, which Redis passes whole to its replicas,
+// and a replica's output buffer has a hard limit of 256 MB by default.
+const maxStageShardBits = MaxKeyBits / 4
+
+// maxShards bounds the shards the planner takes for growth; a longer chain
+// would need more, and ends earlier instead.
+const maxShards = 1024
+
+// perShardCount is what one shard counts as its share of n elements:
+// elements are spread over the shards by hash, evenly on average, with a
+// standard deviation of about the square root of the share. Three of them
+// are added, so that a window at its planned size does not make any shard
+// grow; the shard's rate at that fill is above its target by a few
+// percent of it at most for shares of thousands.
+func perShardCount(n int64, shards int) int64 {
+	if shards == 1 {
+		return n
+	}
+	m := float64(n) / float64(shards)
+	return int64(math.Ceil(m + 3*math.Sqrt(m)))
+}
 
 // shardOverhead is the bytes beside the bitmap in one allocation: the sds
 // header and terminator, with room to spare.

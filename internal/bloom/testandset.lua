@@ -25,8 +25,10 @@
 --
 -- A bucket's growth record is a hash: k, the stage inserts go to (0 when
 -- absent); n, the elements inserted into it; o, those inserted past its
--- capacity because the next stage was not made yet; c, new elements not
--- inserted because the last stage was full (test-only).
+-- capacity because the next stage was not made yet (at most 1/8 of it,
+-- or 2,000 if more);
+-- c, new elements not inserted because the last stage was full, or the
+-- overfill reached its bound (test-only).
 -- Returns one character per element, and '+' after them when a bucket's
 -- newest stage is past its capacity and the next is not made yet: N new, D
 -- duplicate, U new and not
@@ -87,7 +89,9 @@ local ARGS = {}
 -- comes with the call, later stages' from the word's position in [0, 1).
 local function offOf(x, st, j)
 	if st == 0 then return wordOffs[wordBase[x] + j] end
-	return math.floor(el[(x - 1) * stride + 2 + W + j] * nwOf[st]) * 52
+	-- As a decimal string: Redis versions format Lua numbers of 1e9 and up
+	-- differently, some in a form BITFIELD refuses.
+	return fmt('%d', math.floor(el[(x - 1) * stride + 2 + W + j] * nwOf[st]) * 52)
 end
 
 -- getWords reads words j1..j2 in stage st of the n elements xs[1..n].
@@ -336,7 +340,10 @@ for g = 1, nb do
 						nextMissing = true
 					end
 				end
-				if gs.n >= capOf[gs.k] and gs.k + 1 >= S then
+				-- Past the last stage, or past an overfill of 1/8 of the
+				-- stage or 2,000 (a few batches) if more (the next stage is
+				-- not being made), the bucket only tests.
+				if gs.n >= capOf[gs.k] and (gs.k + 1 >= S or gs.n - capOf[gs.k] >= math.max(capOf[gs.k] * 0.125, 2000)) then
 					gs.c, gs.dirty = gs.c + 1, true
 				else
 					if gs.n >= capOf[gs.k] then gs.o = gs.o + 1 end
@@ -440,7 +447,7 @@ end
 for ref, gs in pairs(grown) do
 	local meta = btab[BT * (ref - 1) + 1]
 	if gs.dirty and meta > 0 then
-		redis.call('HSET', KEYS[meta], 'k', gs.k, 'n', gs.n, 'o', gs.o, 'c', gs.c)
+		redis.call('HSET', KEYS[meta], 'k', fmt('%d', gs.k), 'n', fmt('%d', gs.n), 'o', fmt('%d', gs.o), 'c', fmt('%d', gs.c))
 		expireNotBefore(KEYS[meta], written[meta])
 	end
 end
