@@ -166,6 +166,9 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 		}
 		return errors.Join(err, cerr)
 	}
+	if err := filter.CheckServer(ctx); err != nil {
+		return errors.Join(err, closeAll())
+	}
 	switch err := filter.CheckCapacity(ctx); {
 	case errors.Is(err, bloom.ErrInvalidPlan):
 		return errors.Join(err, closeAll())

@@ -335,6 +335,53 @@ func (f *Filter) Preallocate(ctx context.Context, t time.Time) error {
 	return nil
 }
 
+// ErrServerTooOld is returned by CheckServer for a server older than
+// Redis 7.0.
+var ErrServerTooOld = errors.New("redis server too old")
+
+// CheckServer refuses a server (every master of a Cluster) older than
+// Redis 7.0: the script sets expiries with EXPIREAT NX and GT, which older
+// servers refuse, and every batch would fail. Valkey reports the Redis
+// version it is compatible with. A server that refuses INFO is let be.
+func (f *Filter) CheckServer(ctx context.Context) error {
+	check := func(ctx context.Context, c *redis.Client) error {
+		cctx, cancel := f.callCtx(ctx)
+		defer cancel()
+		info, err := c.Info(cctx, "server").Result()
+		if err != nil {
+			return nil
+		}
+		if v := infoField(info, "redis_version"); tooOld(v) {
+			return fmt.Errorf("%w: Redis at %s is %s; the filter needs Redis 7.0 or later (EXPIREAT NX and GT)", ErrServerTooOld, c.Options().Addr, v)
+		}
+		return nil
+	}
+	switch c := f.client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, check)
+	case *redis.Client:
+		return check(ctx, c)
+	}
+	return nil
+}
+
+// tooOld reports whether Redis version v (major.minor.patch) is below 7.0.
+func tooOld(v string) bool {
+	major, _, _ := strings.Cut(v, ".")
+	n, err := strconv.Atoi(major)
+	return err == nil && n < 7
+}
+
+// infoField is the value of field name in an INFO reply, "" if absent.
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // ErrGrowthMemory says a window cannot grow to its cap within Redis's
 // maxmemory. The worker still runs: a stage that cannot be made leaves the
 // one before overfilled, and the overfill is counted.
@@ -355,12 +402,7 @@ func (f *Filter) CheckCapacity(ctx context.Context) error {
 		if err != nil {
 			return nil
 		}
-		var maxmem uint64
-		for _, line := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "maxmemory:"); ok {
-				maxmem, _ = strconv.ParseUint(v, 10, 64)
-			}
-		}
+		maxmem, _ := strconv.ParseUint(infoField(info, "maxmemory"), 10, 64)
 		// On a Cluster each master holds its share of the shards.
 		share := need
 		if f.cluster {

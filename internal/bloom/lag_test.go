@@ -293,3 +293,23 @@ func TestRollingBacklogMeetsCopiesOnBothSides(t *testing.T) {
 		}
 	}
 }
+
+// The server check reads the version from INFO and refuses anything
+// below 7.0; the test server passes it.
+func TestCheckServer(t *testing.T) {
+	c := testenv.RedisClient(t, testenv.Redis(t))
+	clock := testenv.Now()
+	f := newClockFilter(t, c, &clock, Windows{Length: 10 * time.Minute})
+	if err := f.CheckServer(t.Context()); err != nil {
+		t.Fatalf("the test server: %v", err)
+	}
+	info, err := c.Info(t.Context(), "server").Result()
+	if err != nil || infoField(info, "redis_version") == "" {
+		t.Fatalf("no redis_version in INFO (error %v)", err)
+	}
+	for v, old := range map[string]bool{"6.2.14": true, "5.0.7": true, "7.0.0": false, "7.0.15": false, "8.0.2": false, "7.2.4": false} {
+		if tooOld(v) != old {
+			t.Errorf("%s: too old %v, want %v", v, tooOld(v), old)
+		}
+	}
+}

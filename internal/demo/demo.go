@@ -12,8 +12,6 @@ import (
 	"math"
 	"net"
 	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -286,7 +284,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkRedisVersion(ctx, rc); err != nil {
+	if err := filter.CheckServer(ctx); err != nil {
 		return nil, err
 	}
 	memBefore, err := usedMemory(ctx, rc)
@@ -573,20 +571,4 @@ func usedMemory(ctx context.Context, rc redis.UniversalClient) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return redisproc.UsedMemory(ctx, rc)
-}
-
-// checkRedisVersion refuses servers older than 7.0, whose EXPIRE has no
-// NX and GT options the filter's script uses.
-func checkRedisVersion(ctx context.Context, rc redis.UniversalClient) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	v, err := redisproc.InfoField(ctx, rc, "server", "redis_version")
-	if err != nil {
-		return err
-	}
-	major, _, _ := strings.Cut(v, ".")
-	if n, err := strconv.Atoi(major); err == nil && n < 7 {
-		return fmt.Errorf("redis-server %s is too old: the filter needs Redis 7.0 or later", v)
-	}
-	return nil
 }
