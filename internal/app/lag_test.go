@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/clicktest"
-	"dedupe-worker/internal/sink"
+	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/testenv"
 )
 
@@ -103,7 +102,7 @@ func settle(t *testing.T, n int, rs ...*testenv.Replica) {
 func idsOf(recs []*kgo.Record) map[string]bool {
 	ids := map[string]bool{}
 	for _, r := range recs {
-		ids[clicktest.Header(r, sink.IDHeader)] = true
+		ids[clicktest.Header(r, record.IDHeader)] = true
 	}
 	return ids
 }
@@ -187,7 +186,7 @@ func TestBacklogIsDeduplicatedAsLive(t *testing.T) {
 func sourcesOf(recs []*kgo.Record) map[string]bool {
 	s := map[string]bool{}
 	for _, r := range recs {
-		s[clicktest.Header(r, sink.SourceHeader)] = true
+		s[clicktest.Header(r, record.SourceHeader)] = true
 	}
 	return s
 }
@@ -299,13 +298,13 @@ func TestBeyondTheBound(t *testing.T) {
 			out, dead := k.Read("out"), k.Read("dlq")
 			marked := map[string]string{} // ID -> dedupe-undeduplicated
 			for _, rec := range out {
-				if h := clicktest.Header(rec, sink.UndeduplicatedHeader); h != "" {
-					marked[clicktest.Header(rec, sink.IDHeader)] = h
+				if h := clicktest.Header(rec, record.UndeduplicatedHeader); h != "" {
+					marked[clicktest.Header(rec, record.IDHeader)] = h
 				}
 			}
 			reasons := map[string]int{}
 			for _, rec := range dead {
-				reasons[strings.SplitN(clicktest.Header(rec, sink.ErrorHeader), ":", 2)[0]]++
+				reasons[clicktest.Header(rec, record.ReasonHeader)]++
 			}
 			if policy == config.LateForward {
 				// Every copy and every event ahead forwarded and marked; the

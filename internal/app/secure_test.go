@@ -23,8 +23,8 @@ import (
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/redisproc"
-	"dedupe-worker/internal/sink"
 	"dedupe-worker/internal/syncbuf"
 	"dedupe-worker/internal/testcerts"
 	"dedupe-worker/internal/testenv"
@@ -117,7 +117,7 @@ func endToEnd(t *testing.T, k *testenv.Kafka, r *testenv.Replica) {
 	out := k.Read("out")
 	ids := map[string]int{}
 	for _, rec := range out {
-		ids[clicktest.Header(rec, sink.IDHeader)]++
+		ids[clicktest.Header(rec, record.IDHeader)]++
 	}
 	if len(out) != 20 || len(ids) != 20 {
 		t.Fatalf("output: %d records, %d distinct IDs; want 20 and 20: %v", len(out), len(ids), ids)
@@ -131,7 +131,7 @@ func endToEnd(t *testing.T, k *testenv.Kafka, r *testenv.Replica) {
 	if len(dlq) != 1 || string(dlq[0].Value) != `{"id": oops` {
 		t.Fatalf("dead letters: %d, want the malformed event", len(dlq))
 	}
-	if clicktest.Header(dlq[0], sink.ErrorHeader) == "" {
+	if clicktest.Header(dlq[0], record.ErrorHeader) == "" {
 		t.Error("the dead letter has no reason header")
 	}
 	if !r.Ready() {

@@ -16,14 +16,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"dedupe-worker/internal/sink"
+	"dedupe-worker/internal/record"
 )
 
 // The headers the worker adds.
 const (
-	SourceHeader = sink.SourceHeader
-	IDHeader     = sink.IDHeader
-	ErrorHeader  = sink.ErrorHeader
+	SourceHeader = record.SourceHeader
+	IDHeader     = record.IDHeader
+	ErrorHeader  = record.ErrorHeader
+	ReasonHeader = record.ReasonHeader
 )
 
 // Truth is what an input stream holds.
@@ -256,7 +257,7 @@ func Check(tr Truth, out, dead []*kgo.Record) Report {
 	deadSources := map[string]bool{}
 	deadValues := map[string]bool{}
 	for _, r := range dead {
-		if Header(r, ErrorHeader) == "" {
+		if Header(r, ErrorHeader) == "" || record.ParseReason(Header(r, ReasonHeader)) == record.Other {
 			rep.NoReason++
 		}
 		if !tr.Bad[string(r.Value)] {

@@ -13,7 +13,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/sink"
 )
 
@@ -379,13 +379,13 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 			tl := *m
 			tl.Value = nil
 			dead = append(dead, deadLetter(&tl, fmt.Errorf("%w: %d bytes", ErrTooLarge, size)))
-			w.m.deadLettered.WithLabelValues(reasonLabel(ErrTooLarge)).Inc()
+			w.m.deadLettered.WithLabelValues(record.TooLarge.String()).Inc()
 			continue
 		}
 		id, at, err := w.cfg.Extractor.Extract(m)
 		if err != nil {
 			dead = append(dead, deadLetter(m, err))
-			w.m.deadLettered.WithLabelValues(reasonLabel(err)).Inc()
+			w.m.deadLettered.WithLabelValues(reasonOf(err).String()).Inc()
 			continue
 		}
 		elems = append(elems, bloom.Element{ID: id, Time: at, Source: bloom.Source{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset}})
@@ -416,7 +416,7 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 		counts[v]++
 		w.m.eventLag.Observe(max(now.Sub(elems[k].Time), 0).Seconds())
 		m := &batch[idx[k]]
-		id := kafka.Header{Key: sink.IDHeader, Value: elems[k].ID}
+		id := kafka.Header{Key: record.IDHeader, Value: elems[k].ID}
 		switch {
 		case v == bloom.Late || v == bloom.Future:
 			if firstLate < 0 {
@@ -424,11 +424,11 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 			}
 			if w.cfg.DeadLetterLate {
 				dead = append(dead, deadLetter(m, fmt.Errorf("%w; event time %s", beyondBound(v), elems[k].Time.UTC().Format(time.RFC3339Nano))))
-				w.m.deadLettered.WithLabelValues(reasonLabel(beyondBound(v))).Inc()
+				w.m.deadLettered.WithLabelValues(reasonOf(beyondBound(v)).String()).Inc()
 				continue
 			}
 			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
-				Headers: hb.with(m, id, kafka.Header{Key: sink.UndeduplicatedHeader, Value: []byte(v.String())})})
+				Headers: hb.with(m, id, kafka.Header{Key: record.UndeduplicatedHeader, Value: []byte(v.String())})})
 		case v.Forward():
 			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time, Headers: hb.with(m, id)})
 		}
@@ -611,7 +611,7 @@ func (b *backoff) wait(ctx context.Context) bool {
 }
 
 func source(m *kafka.Message) kafka.Header {
-	return kafka.Header{Key: sink.SourceHeader, Value: sink.AppendSource(nil, m.Topic, m.Partition, m.Offset)}
+	return kafka.Header{Key: record.SourceHeader, Value: record.AppendSource(nil, m.Topic, m.Partition, m.Offset)}
 }
 
 // headerBuf hands out the headers of forwarded messages from a few large
@@ -640,11 +640,11 @@ func (b *headerBuf) with(m *kafka.Message, extra ...kafka.Header) []kafka.Header
 		b.bytes = make([]byte, 0, max(need, 2*cap(b.bytes), 8<<10))
 	}
 	start := len(b.bytes)
-	b.bytes = sink.AppendSource(b.bytes, m.Topic, m.Partition, m.Offset)
+	b.bytes = record.AppendSource(b.bytes, m.Topic, m.Partition, m.Offset)
 	src := b.bytes[start:len(b.bytes):len(b.bytes)]
 	first := len(b.headers)
 	b.headers = append(b.headers, m.Headers...)
-	b.headers = append(b.headers, kafka.Header{Key: sink.SourceHeader, Value: src})
+	b.headers = append(b.headers, kafka.Header{Key: record.SourceHeader, Value: src})
 	b.headers = append(b.headers, extra...)
 	return b.headers[first:len(b.headers):len(b.headers)]
 }
@@ -670,38 +670,30 @@ func messageBytes(m *kafka.Message) int {
 
 // deadLetter is the input unchanged, with the reason and its source.
 func deadLetter(m *kafka.Message, reason error) kafka.Message {
-	h := make([]kafka.Header, 0, len(m.Headers)+2)
+	h := make([]kafka.Header, 0, len(m.Headers)+3)
 	h = append(h, m.Headers...)
-	h = append(h, source(m), kafka.Header{Key: sink.ErrorHeader, Value: []byte(reason.Error())})
+	h = append(h, source(m), kafka.Header{Key: record.ErrorHeader, Value: []byte(reason.Error())},
+		kafka.Header{Key: record.ReasonHeader, Value: []byte(reasonOf(reason).String())})
 	return kafka.Message{Key: m.Key, Value: m.Value, Headers: h, Time: m.Time}
 }
 
-// reasons are the dead-letter reasons with their metric labels.
+// reasons map the errors a message is dead-lettered for to their reasons.
 var reasons = []struct {
-	err   error
-	label string
+	err    error
+	reason record.Reason
 }{
-	{ErrNotJSON, "not_json"}, {ErrTooDeep, "too_deep"}, {ErrNoID, "no_id"}, {ErrEmptyID, "empty_id"},
-	{ErrBadID, "bad_id"}, {ErrNoTime, "no_time"}, {ErrBadTime, "bad_time"}, {ErrInvalidUTF8, "invalid_utf8"}, {ErrTooLarge, "too_large"},
-	{ErrLate, "late"}, {ErrFuture, "future"},
+	{ErrNotJSON, record.NotJSON}, {ErrTooDeep, record.TooDeep}, {ErrNoID, record.NoID}, {ErrEmptyID, record.EmptyID},
+	{ErrBadID, record.BadID}, {ErrNoTime, record.NoTime}, {ErrBadTime, record.BadTime}, {ErrInvalidUTF8, record.InvalidUTF8},
+	{ErrTooLarge, record.TooLarge}, {ErrLate, record.Late}, {ErrFuture, record.Future},
 }
 
-func reasonLabel(err error) string {
+// reasonOf is the reason of a dead-letter error, by its type, never by its
+// text.
+func reasonOf(err error) record.Reason {
 	for _, r := range reasons {
 		if errors.Is(err, r.err) {
-			return r.label
+			return r.reason
 		}
 	}
-	return "other"
-}
-
-// ReasonLabel names the reason in a dead letter's dedupe-error header as
-// the dedupe_events_dead_lettered_total metric labels it.
-func ReasonLabel(header string) string {
-	for _, r := range reasons {
-		if strings.Contains(header, r.err.Error()) {
-			return r.label
-		}
-	}
-	return "other"
+	return record.Other
 }

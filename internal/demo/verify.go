@@ -8,7 +8,6 @@ import (
 
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clicktest"
-	"dedupe-worker/internal/consumer"
 )
 
 // input is one produced event as the ground truth knows it.
@@ -140,7 +139,7 @@ func deadReasons(dead []*kgo.Record) map[string]int {
 			continue
 		}
 		seen[src] = true
-		out[consumer.ReasonLabel(clicktest.Header(r, clicktest.ErrorHeader))]++
+		out[clicktest.Header(r, clicktest.ReasonHeader)]++
 	}
 	return out
 }

@@ -3,34 +3,19 @@
 package sink
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"time"
+
+	"dedupe-worker/internal/record"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-)
-
-// Headers of the output format.
-const (
-	// SourceHeader carries topic/partition/offset of the input message an
-	// output message was made from; downstream counts drop replays by it.
-	SourceHeader = "dedupe-source"
-	// IDHeader carries the element ID of a forwarded message.
-	IDHeader = "dedupe-id"
-	// ErrorHeader carries the reason a message was dead-lettered.
-	ErrorHeader = "dedupe-error"
-	// UndeduplicatedHeader marks a message forwarded without
-	// deduplication because it was beyond the lag bound: "late" or
-	// "future". A copy of it may have been forwarded before.
-	UndeduplicatedHeader = "dedupe-undeduplicated"
 )
 
 // MaxBatchBytes bounds a produce request per partition, which is one
@@ -128,31 +113,17 @@ func (w *Writer) Write(ctx context.Context, msgs []kafka.Message) error {
 // Close flushes and closes the connections.
 func (w *Writer) Close() error { return w.w.Close() }
 
-// AppendSource appends the SourceHeader value, topic/partition/offset, to b.
-func AppendSource(b []byte, topic string, partition int, offset int64) []byte {
-	b = append(b, topic...)
-	b = append(b, '/')
-	b = strconv.AppendInt(b, int64(partition), 10)
-	b = append(b, '/')
-	return strconv.AppendInt(b, offset, 10)
-}
-
 // sourcePartition sends a message to the partition of its source modulo
 // the partition count; messages without the header go to partition 0.
 type sourcePartition struct{}
 
 func (sourcePartition) Balance(msg kafka.Message, partitions ...int) int {
 	for _, h := range msg.Headers {
-		if h.Key != SourceHeader {
+		if h.Key != record.SourceHeader {
 			continue
 		}
-		v := h.Value // converted only where the partition number is
-		if i := bytes.LastIndexByte(v, '/'); i > 0 {
-			if j := bytes.LastIndexByte(v[:i], '/'); j >= 0 {
-				if p, err := strconv.Atoi(string(v[j+1 : i])); err == nil && p >= 0 {
-					return partitions[p%len(partitions)]
-				}
-			}
+		if s, ok := record.ParseSource(h.Value); ok {
+			return partitions[s.Partition%len(partitions)]
 		}
 	}
 	return partitions[0]

@@ -1,0 +1,37 @@
+package record
+
+import (
+	"testing"
+)
+
+func TestSourceRoundTrip(t *testing.T) {
+	for _, s := range []Source{{"click-log", 0, 0}, {"a.b_c-d", 17, 1<<52 - 1}, {"t", 3, 42}} {
+		v := AppendSource(nil, s.Topic, s.Partition, s.Offset)
+		got, ok := ParseSource(v)
+		if !ok || got != s {
+			t.Errorf("%q: %+v %v, want %+v", v, got, ok, s)
+		}
+	}
+	for _, bad := range []string{"", "t", "t/1", "/1/2", "t/x/2", "t/1/y", "t/-1/2", "t/1/-2"} {
+		if s, ok := ParseSource([]byte(bad)); ok {
+			t.Errorf("%q parsed as %+v", bad, s)
+		}
+	}
+}
+
+func TestReasonLabels(t *testing.T) {
+	seen := map[string]bool{}
+	for r := Other; r <= Future; r++ {
+		l := r.String()
+		if l == "" || seen[l] {
+			t.Errorf("reason %d: label %q empty or repeated", r, l)
+		}
+		seen[l] = true
+		if ParseReason(l) != r {
+			t.Errorf("%q parses as %v, want %v", l, ParseReason(l), r)
+		}
+	}
+	if ParseReason("no such reason") != Other || Reason(200).String() != "other" {
+		t.Error("unknown reasons are not other")
+	}
+}
