@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"dedupe-worker/internal/app"
+
 	"go.yaml.in/yaml/v3"
 )
 
@@ -211,10 +213,10 @@ func TestComposeWorkers(t *testing.T) {
 				t.Errorf("%s does not wait for %s", name, dep)
 			}
 		}
-		// The shutdown needs up to 2 x DEDUPE_SHUTDOWN_TIMEOUT + 5 s; the
-		// default 10 s would kill a worker in the middle of it.
+		// The shutdown takes up to app.ShutdownBound; the default 10 s
+		// would kill a worker in the middle of it.
 		grace, err := time.ParseDuration(s.StopGracePeriod)
-		if need := 2*cfg.ShutdownTimeout + closeBound; err != nil || grace < need {
+		if need := app.ShutdownBound(cfg); err != nil || grace < need {
 			t.Errorf("%s: stop_grace_period %q, want at least %v", name, s.StopGracePeriod, need)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"dedupe-worker/config"
+	"dedupe-worker/internal/app"
 )
 
 const (
@@ -31,9 +32,6 @@ const (
 	partitionsAnnotation = "dedupe-worker/input-partitions"
 	// placeholder starts every value of a committed Secret.
 	placeholder = "REPLACE_ME"
-	// closeBound is how long app.Run takes after the consumer returns: it
-	// closes the producers and the HTTP server within 5 s (closeAll).
-	closeBound = 5 * time.Second
 )
 
 // manifests is everything under deploy/kubernetes, decoded.
@@ -499,10 +497,9 @@ func TestTerminationGracePeriod(t *testing.T) {
 			continue
 		}
 		grace := time.Duration(*g) * time.Second
-		need := 2*p.cfg.ShutdownTimeout + closeBound
-		if grace <= p.cfg.ShutdownTimeout || grace < need {
-			t.Errorf("Deployment %s: terminationGracePeriodSeconds %v, want at least 2 x DEDUPE_SHUTDOWN_TIMEOUT (%v) + %v = %v",
-				p.d.Name, grace, p.cfg.ShutdownTimeout, closeBound, need)
+		if need := app.ShutdownBound(p.cfg); grace < need {
+			t.Errorf("Deployment %s: terminationGracePeriodSeconds %v, want at least the worker's shutdown bound %v (DEDUPE_SHUTDOWN_TIMEOUT %v)",
+				p.d.Name, grace, need, p.cfg.ShutdownTimeout)
 		}
 	}
 }

@@ -15,7 +15,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"dedupe-worker/internal/app"
+	"dedupe-worker/internal/consumer"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/syncbuf"
 	"dedupe-worker/internal/testenv"
@@ -186,5 +189,80 @@ func TestSubcommands(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "result: OK, nothing lost") || !strings.Contains(errb.String(), "done in") {
 		t.Fatalf("demo output:\n%s\nstderr:\n%s", out.String(), errb.String())
+	}
+}
+
+// SIGTERM while nothing can finish: Kafka refuses every produce to the
+// output topic and Redis is stopped. The worker gives up the batches in
+// hand (uncommitted, so they are read again), and exits 1 within its
+// documented bound, DEDUPE_SHUTDOWN_TIMEOUT plus 5 s.
+func TestBinarySIGTERMWhenNothingCanFinish(t *testing.T) {
+	bin := build(t)
+	k := testenv.StartKafka(t, testenv.Topics{"in": 2, "out": 2, "dlq": 2})
+	srv := testenv.Redis(t)
+	httpAddr := redisproc.FreeAddr()
+	cmd := exec.Command(bin)
+	cmd.Env = append(baseEnv(strings.Join(k.Addrs(), ","), srv.Addr, httpAddr),
+		"DEDUPE_SHUTDOWN_TIMEOUT=3s", "DEDUPE_REDIS_TIMEOUT=500ms", "DEDUPE_KAFKA_TIMEOUT=1s", "DEDUPE_BATCH_SIZE=50")
+	var stderr syncbuf.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	events := func(from, to int) {
+		var recs []*kgo.Record
+		for i := from; i < to; i++ {
+			recs = append(recs, &kgo.Record{Value: []byte(fmt.Sprintf(`{"id":"s%d"}`, i))})
+		}
+		k.Produce("in", recs...)
+	}
+	metrics := func() testenv.Metrics {
+		m, _ := testenv.Scrape(context.Background(), "http://"+httpAddr+"/metrics")
+		return m
+	}
+	events(0, 100)
+	testenv.Eventually(t, 30*time.Second, "100 events forwarded", func() bool { return metrics().Value("dedupe_events_forwarded_total") == 100 })
+
+	// Kafka refuses the output, then Redis stops: one batch waits to be
+	// produced, the next to be decided.
+	k.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.KeepControl()
+		if pr := req.(*kmsg.ProduceRequest); len(pr.Topics) > 0 && pr.Topics[0].Topic == "out" {
+			return nil, errors.New("injected produce refusal"), true
+		}
+		return nil, nil, false
+	})
+	events(100, 150)
+	testenv.Eventually(t, 30*time.Second, "produces refused", func() bool { return metrics().Value("dedupe_errors_total", "step", "producing") > 0 })
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Resume() })
+	events(150, 200)
+	testenv.Eventually(t, 30*time.Second, "test-and-set failing", func() bool { return metrics().Value("dedupe_errors_total", "step", "test-and-set") > 0 })
+
+	bound := 3*time.Second + consumer.ReaderCloseTimeout + app.CloseTimeout
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		took := time.Since(start)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Errorf("exit %v, want 1 (batches in hand not finished); stderr:\n%s", err, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "finishing the batches in hand") {
+			t.Errorf("stderr does not say which batches were given up:\n%s", stderr.String())
+		}
+		// The bound plus a second for the process to be reaped.
+		if took > bound+time.Second {
+			t.Errorf("exited %v after SIGTERM, beyond the bound of %v", took, bound)
+		}
+		t.Logf("exited 1, %v after SIGTERM (bound %v)", took.Round(time.Millisecond), bound)
+	case <-time.After(bound + 20*time.Second):
+		t.Fatalf("no exit %v after SIGTERM; stderr:\n%s", bound+20*time.Second, stderr.String())
 	}
 }

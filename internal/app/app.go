@@ -71,9 +71,12 @@ func newFilter(cfg config.Config, rc redis.UniversalClient, now func() time.Time
 }
 
 // Run runs one worker until ctx is cancelled, then shuts down in order:
-// stop fetching, finish the batch in hand, produce, commit, leave the
-// group, close the producers and Redis, stop serving HTTP. The shutdown
-// is bounded by cfg.ShutdownTimeout plus a few seconds.
+// stop fetching, finish the batches in hand (decide, produce, commit)
+// within cfg.ShutdownTimeout, leave the group (consumer.ReaderCloseTimeout
+// more at most), close the producers, Redis and HTTP (CloseTimeout more at
+// most). So it returns within ShutdownBound(cfg) of the cancellation,
+// whatever Kafka and Redis do; batches that could not be finished are not
+// committed, and Run returns their error.
 //
 // Before joining the group it waits, serving HTTP and not ready, until
 // Kafka and Redis accept connections made as configured (TLS, SASL, ACL
@@ -151,9 +154,19 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 	}
 	log.Info("serving", zap.String("http", addr))
 	closeAll := func() error {
-		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		closeCtx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
 		defer cancel()
-		return errors.Join(out.Close(), dlq.Close(), srv.Shutdown(closeCtx))
+		// A writer flushes nothing here (every write is waited for), but
+		// its Close has no deadline of its own.
+		closed := make(chan error, 1)
+		go func() { closed <- errors.Join(out.Close(), dlq.Close()) }()
+		var werr error
+		select {
+		case werr = <-closed:
+		case <-closeCtx.Done():
+			werr = errors.New("closing the producers: no answer within " + CloseTimeout.String())
+		}
+		return errors.Join(werr, srv.Shutdown(closeCtx))
 	}
 
 	// Not ready until both servers accept the connection as configured.
@@ -191,6 +204,17 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 	errs := []error{runErr, closeAll()}
 	log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// CloseTimeout bounds closing the producers and the HTTP server at the end
+// of the shutdown.
+const CloseTimeout = 3 * time.Second
+
+// ShutdownBound is the longest Run takes to return once its context is
+// cancelled: DEDUPE_SHUTDOWN_TIMEOUT to finish the batches in hand, then
+// leaving the group and closing the clients.
+func ShutdownBound(cfg config.Config) time.Duration {
+	return cfg.ShutdownTimeout + consumer.ReaderCloseTimeout + CloseTimeout
 }
 
 // serve starts the HTTP endpoints on addr and returns the address bound.

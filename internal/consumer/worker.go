@@ -152,8 +152,9 @@ func New(cfg Config, filter Filter, out, dlq Producer) (*Worker, error) {
 func (w *Worker) Ready() bool { return w.ready.Load() }
 
 // Run consumes until ctx is cancelled, then stops fetching, finishes the
-// batches in hand (decide, forward, dead-letter, commit), leaves the group
-// and returns nil, all within ShutdownTimeout. It returns an error only
+// batches in hand (decide, forward, dead-letter, commit) within
+// ShutdownTimeout, leaves the group and returns nil, all within
+// ShutdownTimeout plus ReaderCloseTimeout. It returns an error only
 // when a batch in hand could not be finished; its offsets are then not
 // committed and it is read again by whoever owns the partitions.
 func (w *Worker) Run(ctx context.Context) error {
@@ -208,7 +209,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	// ShutdownTimeout, so the batches in hand are finished on shutdown.
 	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer wcancel()
-	stopTimer := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.ShutdownTimeout, wcancel) })
+	var finishBy atomic.Int64 // when the batches in hand must be finished
+	stopTimer := context.AfterFunc(ctx, func() {
+		finishBy.Store(time.Now().Add(w.cfg.ShutdownTimeout).UnixNano())
+		time.AfterFunc(w.cfg.ShutdownTimeout, wcancel)
+	})
 	defer stopTimer()
 	decidedCh := make(chan *buffers, 1)
 	delivered := make(chan error, 1)
@@ -252,6 +257,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.ready.Store(false)
 	// Nothing is fetching or committing now, so Close cannot hang on a
 	// commit in flight; it leaves the group.
+	// Leaving the group takes what is left of the budget, and at most
+	// ReaderCloseTimeout past it: a broker that does not answer must not
+	// hold the shutdown.
+	wait := ReaderCloseTimeout
+	if by := finishBy.Load(); by != 0 {
+		wait += max(time.Until(time.Unix(0, by)), 0)
+	}
 	closed := make(chan error, 1)
 	go func() { closed <- r.Close() }()
 	select {
@@ -259,11 +271,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err != nil {
 			kl.Warn("closing the reader", zap.Error(err))
 		}
-	case <-time.After(w.cfg.ShutdownTimeout):
-		kl.Warn("the reader did not close in time", zap.Duration("timeout", w.cfg.ShutdownTimeout))
+	case <-time.After(wait):
+		kl.Warn("the reader did not close in time: leaving the group to the session timeout", zap.Duration("waited", wait))
 	}
 	return runErr
 }
+
+// ReaderCloseTimeout is how long Run waits, past its ShutdownTimeout, for
+// the reader to leave the group.
+const ReaderCloseTimeout = 2 * time.Second
 
 // ClientID names this process to the brokers: "dedupe-worker.", the
 // group, the host name and the process ID. A group member's ID starts with
