@@ -41,6 +41,38 @@ func baseEnv(brokers, redisAddr, httpAddr string) []string {
 		"DEDUPE_HTTP_ADDR="+httpAddr, "DEDUPE_SHUTDOWN_TIMEOUT=10s", "DEDUPE_LOG_LEVEL=warn")
 }
 
+// startBinary runs bin with env, its stderr collected (readable while it
+// runs); it is killed when the test ends if still running.
+func startBinary(t *testing.T, bin string, env []string) (*exec.Cmd, *syncbuf.Buffer) {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Env = env
+	stderr := &syncbuf.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, stderr
+}
+
+// terminate sends SIGTERM to cmd and returns how long the exit took and
+// what Wait returned; it fails the test if there is none within limit.
+func terminate(t *testing.T, cmd *exec.Cmd, stderr *syncbuf.Buffer, limit time.Duration) (time.Duration, error) {
+	t.Helper()
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return time.Since(start), err
+	case <-time.After(limit):
+		t.Fatalf("no exit %v after SIGTERM; stderr:\n%s", limit, stderr.String())
+		return 0, nil
+	}
+}
+
 // The real binary: it starts, becomes ready, and on SIGTERM finishes and
 // exits 0 within its shutdown bound.
 func TestBinarySIGTERM(t *testing.T) {
@@ -49,14 +81,7 @@ func TestBinarySIGTERM(t *testing.T) {
 	srv := testenv.Redis(t)
 	httpAddr := redisproc.FreeAddr()
 
-	cmd := exec.Command(bin)
-	cmd.Env = baseEnv(strings.Join(k.Addrs(), ","), srv.Addr, httpAddr)
-	var stderr syncbuf.Buffer // read while the process writes
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, stderr := startBinary(t, bin, baseEnv(strings.Join(k.Addrs(), ","), srv.Addr, httpAddr))
 
 	var recs []*kgo.Record
 	for i := 0; i < 500; i++ {
@@ -77,19 +102,11 @@ func TestBinarySIGTERM(t *testing.T) {
 	}) {
 		t.Fatalf("not ready with 500 events decided after 30s:\n%s\nstderr:\n%s", m.Show("dedupe_verdicts"), stderr.String())
 	}
-	start := time.Now()
-	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit: %v; stderr:\n%s", err, stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no exit 20s after SIGTERM; stderr:\n%s", stderr.String())
+	took, err := terminate(t, cmd, stderr, 20*time.Second)
+	if err != nil {
+		t.Fatalf("exit: %v; stderr:\n%s", err, stderr.String())
 	}
-	t.Logf("exited 0, %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+	t.Logf("exited 0, %v after SIGTERM", took.Round(time.Millisecond))
 }
 
 // A bad variable stops the start with exit code 2 and one line naming it,
@@ -201,15 +218,8 @@ func TestBinarySIGTERMWhenNothingCanFinish(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"in": 2, "out": 2, "dlq": 2})
 	srv := testenv.Redis(t)
 	httpAddr := redisproc.FreeAddr()
-	cmd := exec.Command(bin)
-	cmd.Env = append(baseEnv(strings.Join(k.Addrs(), ","), srv.Addr, httpAddr),
-		"DEDUPE_SHUTDOWN_TIMEOUT=3s", "DEDUPE_REDIS_TIMEOUT=500ms", "DEDUPE_KAFKA_TIMEOUT=1s", "DEDUPE_BATCH_SIZE=50")
-	var stderr syncbuf.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, stderr := startBinary(t, bin, append(baseEnv(strings.Join(k.Addrs(), ","), srv.Addr, httpAddr),
+		"DEDUPE_SHUTDOWN_TIMEOUT=3s", "DEDUPE_REDIS_TIMEOUT=500ms", "DEDUPE_KAFKA_TIMEOUT=1s", "DEDUPE_BATCH_SIZE=50"))
 	events := func(from, to int) {
 		var recs []*kgo.Record
 		for i := from; i < to; i++ {
@@ -243,26 +253,17 @@ func TestBinarySIGTERMWhenNothingCanFinish(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "test-and-set failing", func() bool { return metrics().Value("dedupe_errors_total", "step", "test-and-set") > 0 })
 
 	bound := 3*time.Second + consumer.ReaderCloseTimeout + app.CloseTimeout
-	start := time.Now()
-	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		took := time.Since(start)
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-			t.Errorf("exit %v, want 1 (batches in hand not finished); stderr:\n%s", err, stderr.String())
-		}
-		if !strings.Contains(stderr.String(), "finishing the batches in hand") {
-			t.Errorf("stderr does not say which batches were given up:\n%s", stderr.String())
-		}
-		// The bound plus a second for the process to be reaped.
-		if took > bound+time.Second {
-			t.Errorf("exited %v after SIGTERM, beyond the bound of %v", took, bound)
-		}
-		t.Logf("exited 1, %v after SIGTERM (bound %v)", took.Round(time.Millisecond), bound)
-	case <-time.After(bound + 20*time.Second):
-		t.Fatalf("no exit %v after SIGTERM; stderr:\n%s", bound+20*time.Second, stderr.String())
+	took, err := terminate(t, cmd, stderr, bound+20*time.Second)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("exit %v, want 1 (batches in hand not finished); stderr:\n%s", err, stderr.String())
 	}
+	if !strings.Contains(stderr.String(), "finishing the batches in hand") {
+		t.Errorf("stderr does not say which batches were given up:\n%s", stderr.String())
+	}
+	// The bound plus a second for the process to be reaped.
+	if took > bound+time.Second {
+		t.Errorf("exited %v after SIGTERM, beyond the bound of %v", took, bound)
+	}
+	t.Logf("exited 1, %v after SIGTERM (bound %v)", took.Round(time.Millisecond), bound)
 }

@@ -356,6 +356,12 @@ func (f *Filter) CheckServer(ctx context.Context) error {
 		}
 		return nil
 	}
+	return f.forEachServer(ctx, check)
+}
+
+// forEachServer calls check for the server, or for every master of a
+// Cluster, concurrently.
+func (f *Filter) forEachServer(ctx context.Context, check func(context.Context, *redis.Client) error) error {
 	switch c := f.client.(type) {
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, check)
@@ -427,13 +433,7 @@ func (f *Filter) CheckCapacity(ctx context.Context) error {
 		}
 		return nil
 	}
-	switch c := f.client.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, check)
-	case *redis.Client:
-		return check(ctx, c)
-	}
-	return nil
+	return f.forEachServer(ctx, check)
 }
 
 // Grow makes, for every bucket from the one of t less the lag bound and
