@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 
-	"dedupe-worker/internal/app"
+	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/consumer"
 )
 
@@ -197,7 +197,7 @@ func runtimeFamilies(t *testing.T) []family {
 func registeredSeries(t *testing.T) map[string][]string {
 	t.Helper()
 	cons := families(t, "consumer.NewMetrics", func(r prometheus.Registerer) { consumer.NewMetrics(r, "p") })
-	appFams := families(t, "app.NewFilterGauges", func(r prometheus.Registerer) { app.NewFilterGauges(r, "p") })
+	appFams := families(t, "bloom.NewGauges", func(r prometheus.Registerer) { bloom.NewGauges(r, "p") })
 
 	out := map[string][]string{}
 	for _, f := range slices.Concat(cons, appFams, runtimeFamilies(t)) {
