@@ -27,14 +27,37 @@ import (
 	"dedupe-worker/internal/sink"
 )
 
-// Filter decides which elements are seen for the first time. Calling it
-// again with the same elements after an error must be safe and give the
-// decisions of the first application (bloom.Filter does).
+// Filter decides which elements are seen for the first time. The worker
+// depends on this contract (bloom.Filter keeps it):
+//   - On success it returns one verdict per element, in their order.
+//   - On error it returns no verdicts, and the call may have been applied
+//     in part or in full: calling again with the same elements must be
+//     safe and give the decisions of the first application (the worker
+//     retries a failed batch as it is, and after a crash another replica
+//     sends the same offsets).
+//   - Cancelling ctx makes it return promptly with an error; what it had
+//     applied is as after any error.
+//   - For each partition, offsets come in ascending order, and a call
+//     returns before later offsets of its partitions are sent. A worker
+//     makes one call at a time; other replicas call at the same time.
+//   - bloom.ErrInvalidElement (inside the error) marks input the filter
+//     refuses whatever the retries: the worker stops rather than retry it.
 type Filter interface {
 	TestAndSet(ctx context.Context, elems []bloom.Element) ([]bloom.Verdict, error)
 }
 
-// Producer writes messages and returns once they are acknowledged.
+// Producer writes messages. The worker depends on this contract
+// (sink.Writer keeps it):
+//   - Write returns nil only once every message is acknowledged by the
+//     broker (all in-sync replicas): the worker commits the input offsets
+//     after it.
+//   - On error some messages may have been written and others not; the
+//     worker writes the whole batch again, so copies are possible and
+//     carry the same dedupe-source (downstream counts by it).
+//   - Cancelling ctx makes Write return promptly with an error; it may
+//     still hold the messages in a request it abandoned, so the caller
+//     does not reuse their buffers.
+//   - The worker calls Write from one goroutine at a time.
 type Producer interface {
 	Write(ctx context.Context, msgs []kafka.Message) error
 }
