@@ -101,18 +101,26 @@ func (r *startRig) commit(group string, partition int32, offset int64) {
 	rp.Offset = offset
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, r.cl)
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	resp := r.request(req).(*kmsg.OffsetCommitResponse)
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
 		r.t.Fatalf("commit answered %+v, want one partition", resp.Topics)
 	}
 	if err := kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode); err != nil {
 		r.t.Fatalf("committing %d on partition %d: %v", offset, partition, err)
 	}
+}
+
+// request sends one request of the test's own, with a deadline, and fails
+// the test if it gets no answer.
+func (r *startRig) request(req kmsg.Request) kmsg.Response {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := r.cl.Request(ctx, req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return resp
 }
 
 // topicID is the ID of topic.
@@ -122,12 +130,7 @@ func (r *startRig) topicID(topic string) [16]byte {
 	rt := kmsg.NewMetadataRequestTopic()
 	rt.Topic = kmsg.StringPtr(topic)
 	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, r.cl)
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	resp := r.request(req).(*kmsg.MetadataResponse)
 	if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
 		r.t.Fatalf("metadata of %s: %+v", topic, resp.Topics)
 	}
