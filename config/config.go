@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -183,6 +185,54 @@ func Load() (Config, error) {
 	return c, nil
 }
 
+// Defaults is the configuration with every variable at its default and
+// the required ones empty. The defaults are the struct tags above, the one
+// place they are written: the plan command, the demo and the tests start
+// from here.
+func Defaults() Config {
+	var c Config
+	v := reflect.ValueOf(&c).Elem()
+	for i := range v.NumField() {
+		def, ok := v.Type().Field(i).Tag.Lookup("default")
+		if !ok {
+			continue
+		}
+		if err := setText(v.Field(i), def); err != nil {
+			panic(fmt.Sprintf("config: default of %s: %v", v.Type().Field(i).Name, err))
+		}
+	}
+	return c
+}
+
+// setText sets f from its default tag, for the kinds the tags use.
+func setText(f reflect.Value, s string) error {
+	if f.Type() == reflect.TypeOf(time.Duration(0)) {
+		d, err := time.ParseDuration(s)
+		f.SetInt(int64(d))
+		return err
+	}
+	var err error
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(s)
+	case reflect.Bool:
+		var b bool
+		b, err = strconv.ParseBool(s)
+		f.SetBool(b)
+	case reflect.Int, reflect.Int64:
+		var n int64
+		n, err = strconv.ParseInt(s, 10, 64)
+		f.SetInt(n)
+	case reflect.Float64:
+		var x float64
+		x, err = strconv.ParseFloat(s, 64)
+		f.SetFloat(x)
+	default:
+		err = fmt.Errorf("no default of kind %s", f.Kind())
+	}
+	return err
+}
+
 func oneLine(err error) string {
 	var pe *envconfig.ParseError
 	if errors.As(err, &pe) {
@@ -210,18 +260,32 @@ func (c *Config) setDefaults() {
 }
 
 var (
-	namePattern  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+	// NamePattern is a pipeline's name, and anything else that becomes
+	// part of a Redis key or a metric label.
+	NamePattern  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
 	topicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 )
 
+// VarError is a variable out of range; it wraps ErrInvalid.
+type VarError struct {
+	Var string // without the prefix: WINDOW
+	Msg string
+}
+
+func (e *VarError) Error() string {
+	return fmt.Sprintf("%v: %s_%s: %s", ErrInvalid, Prefix, e.Var, e.Msg)
+}
+
+func (e *VarError) Unwrap() error { return ErrInvalid }
+
 func bad(name, format string, args ...any) error {
-	return fmt.Errorf("%w: %s_%s: %s", ErrInvalid, Prefix, name, fmt.Sprintf(format, args...))
+	return &VarError{Var: name, Msg: fmt.Sprintf(format, args...)}
 }
 
 // Validate checks every field and names the first variable out of range.
 func (c Config) Validate() error {
 	switch {
-	case !namePattern.MatchString(c.Pipeline):
+	case !NamePattern.MatchString(c.Pipeline):
 		return bad("PIPELINE", "%q: want 1 to 100 letters, digits, '.', '_' or '-'", c.Pipeline)
 	case len(c.KafkaBrokers) == 0 || hasEmpty(c.KafkaBrokers):
 		return bad("KAFKA_BROKERS", "want host:port[,host:port...]")

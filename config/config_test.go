@@ -233,3 +233,47 @@ func TestREADMETableMatchesStruct(t *testing.T) {
 		t.Errorf("README lists %s, which the configuration does not have", name)
 	}
 }
+
+// Defaults are what Load gives for every variable not set: the same
+// values, read from the same tags.
+func TestDefaultsAreLoadsDefaults(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, Prefix+"_") {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+	required := map[string]string{"PIPELINE": "p", "KAFKA_BROKERS": "k:9092", "INPUT_TOPIC": "in", "OUTPUT_TOPIC": "out",
+		"DLQ_TOPIC": "dlq", "REDIS_ADDRS": "r:6379", "ID_FIELD": "id"}
+	for k, v := range required {
+		t.Setenv(Prefix+"_"+k, v)
+	}
+	loaded, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Defaults()
+	d.Pipeline, d.KafkaBrokers, d.InputTopic, d.OutputTopic, d.DLQTopic = "p", []string{"k:9092"}, "in", "out", "dlq"
+	d.RedisAddrs, d.IDField, d.GroupID = []string{"r:6379"}, "id", "dedupe-p"
+	if !reflect.DeepEqual(d, loaded) {
+		t.Errorf("Defaults with the required fields set:\n%+v\nLoad:\n%+v", d, loaded)
+	}
+	// Every default tag was read: a field with a tag is not at its zero
+	// value unless the tag says so.
+	typ := reflect.TypeOf(Config{})
+	v := reflect.ValueOf(Defaults())
+	n := 0
+	for i := range typ.NumField() {
+		def, ok := typ.Field(i).Tag.Lookup("default")
+		if !ok {
+			continue
+		}
+		n++
+		if v.Field(i).IsZero() && def != "0" && def != "false" {
+			t.Errorf("%s: zero, tag default %q", typ.Field(i).Name, def)
+		}
+	}
+	if n < 15 {
+		t.Fatalf("%d fields with a default tag; the struct has more", n)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"time"
 
+	"dedupe-worker/config"
 	"dedupe-worker/internal/record"
 
 	"github.com/segmentio/kafka-go"
@@ -29,9 +30,10 @@ type Config struct {
 	Brokers []string
 	Topic   string
 	// BatchSize is the most messages in one produce request per partition.
-	// Default: 1000.
+	// Default: the pipeline's batch size, config.Defaults().BatchSize.
 	BatchSize int
-	// Timeout bounds one Write, retries included. Default: 10s.
+	// Timeout bounds one Write, retries included. Default: the pipeline's
+	// Kafka timeout, config.Defaults().KafkaTimeout.
 	Timeout time.Duration
 	Logger  *zap.Logger
 	// TLS, when set, is used for every broker connection.
@@ -50,11 +52,12 @@ type Writer struct {
 
 // New returns a Writer; it connects on first use.
 func New(cfg Config) *Writer {
+	d := config.Defaults()
 	if cfg.BatchSize == 0 {
-		cfg.BatchSize = 1000
+		cfg.BatchSize = d.BatchSize
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 10 * time.Second
+		cfg.Timeout = d.KafkaTimeout
 	}
 	log := cfg.Logger
 	if log == nil {

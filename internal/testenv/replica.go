@@ -31,17 +31,18 @@ type Replica struct {
 }
 
 // Config is a worker's configuration for tests, on the Kafka brokers and
-// the Redis at redisAddrs: topics "in", "out" and "dlq", IDs in the field
-// "id", a 10-minute rolling window for 100,000 IDs at 1e-6, small batches,
-// short timeouts and a free HTTP address.
+// the Redis at redisAddrs: the defaults (a 10-minute rolling window at
+// 1e-6, a lag bound of 1h), with topics "in", "out" and "dlq", IDs in the
+// field "id", 100,000 IDs per window, small batches, short timeouts and a
+// free HTTP address.
 func Config(pipeline string, brokers []string, redisAddrs ...string) config.Config {
-	return config.Config{
-		Pipeline: pipeline, KafkaBrokers: brokers, InputTopic: "in", OutputTopic: "out", DLQTopic: "dlq",
-		GroupID: "dedupe-" + pipeline, RedisAddrs: redisAddrs, IDField: "id", Window: 10 * time.Minute, WindowMode: "rolling",
-		MaxLag: time.Hour, LatePolicy: "forward", StartOffset: "earliest", MaxGrowth: 64, ExpectedPerWindow: 100_000, FalsePositiveRate: 1e-6, Shards: 1, BatchSize: 100,
-		BatchLinger: 20 * time.Millisecond, HTTPAddr: redisproc.FreeAddr(), LogLevel: "warn", RedisTimeout: 2 * time.Second,
-		KafkaTimeout: 5 * time.Second, KafkaSessionTimeout: 2 * time.Second, ShutdownTimeout: 10 * time.Second,
-	}
+	c := config.Defaults()
+	c.Pipeline, c.KafkaBrokers, c.InputTopic, c.OutputTopic, c.DLQTopic = pipeline, brokers, "in", "out", "dlq"
+	c.GroupID, c.RedisAddrs, c.IDField = "dedupe-"+pipeline, redisAddrs, "id"
+	c.ExpectedPerWindow, c.BatchSize, c.BatchLinger = 100_000, 100, 20*time.Millisecond
+	c.HTTPAddr, c.LogLevel = redisproc.FreeAddr(), "warn"
+	c.RedisTimeout, c.KafkaTimeout, c.KafkaSessionTimeout, c.ShutdownTimeout = 2*time.Second, 5*time.Second, 2*time.Second, 10*time.Second
+	return c
 }
 
 // StartReplica validates cfg and runs a worker with it until the test
