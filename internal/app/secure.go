@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"dedupe-worker/config"
+	"dedupe-worker/internal/retry"
 )
 
 // kafkaSecurity is the TLS configuration and SASL mechanism of every Kafka
@@ -125,29 +126,22 @@ func (s probeSession) Next(ctx context.Context, challenge []byte) (bool, []byte,
 // error into one that retrying cannot fix. Each failure is logged with the
 // variables to check if it goes on.
 func retryUntil(ctx context.Context, log *zap.Logger, what, vars string, check func(context.Context) error, fatal func(error) error) error {
-	backoff := 200 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := check(ctx)
-		if err == nil {
-			if attempt > 1 {
-				log.Info(what + " reachable")
-			}
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	failures := 0
+	err := retry.Do(ctx, retry.Calls, check, func(err error, wait time.Duration) error {
 		if ferr := fatal(err); ferr != nil {
 			return ferr
 		}
-		log.Warn(what+" not reachable; retrying", zap.Error(err), zap.Duration("backoff", backoff), zap.String("check", vars))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
+		failures++
+		log.Warn(what+" not reachable; retrying", zap.Error(err), zap.Duration("backoff", wait), zap.String("check", vars))
+		return nil
+	})
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err == nil && failures > 0:
+		log.Info(what + " reachable")
 	}
+	return err
 }
 
 // kafkaFatal is the error to stop with when err, from a connection whose

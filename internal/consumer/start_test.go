@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/testenv"
 )
 
@@ -46,7 +46,7 @@ func (r *startRig) produce(recs ...*kgo.Record) map[int32]int64 {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := clicktest.Produce(ctx, r.k.Addrs(), "in", recs, kgo.RecordPartitioner(kgo.ManualPartitioner())); err != nil {
+	if err := clickstream.Produce(ctx, r.k.Addrs(), "in", recs, kgo.RecordPartitioner(kgo.ManualPartitioner())); err != nil {
 		r.t.Fatalf("producing %d records: %v", len(recs), err)
 	}
 	ends := map[int32]int64{}
@@ -61,7 +61,7 @@ func (r *startRig) committed(group string) map[int32]int64 {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	got, err := clicktest.Committed(ctx, r.cl, group, "in", startPartitions)
+	got, err := clickstream.Committed(ctx, r.cl, group, "in", startPartitions)
 	if errors.Is(err, kerr.GroupIDNotFound) { // kfake's answer for a group it has never seen
 		return map[int32]int64{}
 	}

@@ -1,0 +1,420 @@
+package consumer
+
+// The decide stage: from a batch of messages to the messages to forward
+// and to dead-letter. The Extractor reads each message's ID and event time,
+// one test-and-set (the Filter) decides the batch, and each verdict becomes
+// a forwarded message with the record format's headers, a dead letter with
+// its reason, or nothing.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/tidwall/gjson"
+	"go.uber.org/zap"
+
+	"dedupe-worker/config"
+	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/sink"
+)
+
+// decide extracts the IDs of a batch and runs its test-and-set, retrying
+// until it succeeds or ctx ends.
+func (w *Worker) decide(ctx context.Context, b *buffers) error {
+	batch := b.batch
+	w.m.eventsIn.Add(float64(len(batch)))
+	elems, idx, dead := b.elems[:0], b.idx[:0], b.dead[:0]
+	// After a rebalance or a re-fetch kafka-go can deliver an offset twice
+	// in one batch; the copy is decided once (and committed with the rest).
+	seen := b.seen
+	clear(seen)
+	for i := range batch {
+		m := &batch[i]
+		k := [2]int64{int64(m.Partition), m.Offset}
+		if _, dup := seen[k]; dup {
+			continue
+		}
+		seen[k] = struct{}{}
+		if size := messageBytes(m); size > maxMessageBytes {
+			// It could be produced neither forward nor as a dead letter, and
+			// would stop the partition: dead-letter it without its value.
+			tl := *m
+			tl.Value = nil
+			dead = append(dead, deadLetter(&tl, fmt.Errorf("%w: %d bytes", ErrTooLarge, size)))
+			w.m.deadLettered.WithLabelValues(record.TooLarge.String()).Inc()
+			continue
+		}
+		id, at, err := w.cfg.Extractor.Extract(m)
+		if err != nil {
+			dead = append(dead, deadLetter(m, err))
+			w.m.deadLettered.WithLabelValues(reasonOf(err).String()).Inc()
+			continue
+		}
+		elems = append(elems, bloom.Element{ID: id, Time: at, Source: bloom.Source{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset}})
+		idx = append(idx, i)
+	}
+	b.elems, b.idx, b.dead = elems, idx, dead
+
+	var verdicts []bloom.Verdict
+	if len(elems) > 0 {
+		err := w.retry(ctx, &w.deciding, "test-and-set", func(ctx context.Context) error {
+			t := time.Now()
+			v, err := w.filter.TestAndSet(ctx, elems)
+			w.m.redisSeconds.Observe(time.Since(t).Seconds())
+			verdicts = v
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	out := b.out[:0]
+	hb := &b.hb
+	hb.reset()
+	var counts [bloom.Future + 1]int
+	now := w.cfg.Now()
+	firstLate := -1
+	for k, v := range verdicts {
+		counts[v]++
+		w.m.eventLag.Observe(max(now.Sub(elems[k].Time), 0).Seconds())
+		m := &batch[idx[k]]
+		id := kafka.Header{Key: record.IDHeader, Value: elems[k].ID}
+		switch {
+		case v == bloom.Late || v == bloom.Future:
+			if firstLate < 0 {
+				firstLate = k
+			}
+			if w.cfg.DeadLetterLate {
+				dead = append(dead, deadLetter(m, fmt.Errorf("%w; event time %s", beyondBound(v), elems[k].Time.UTC().Format(time.RFC3339Nano))))
+				w.m.deadLettered.WithLabelValues(reasonOf(beyondBound(v)).String()).Inc()
+				continue
+			}
+			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
+				Headers: hb.with(m, id, kafka.Header{Key: record.UndeduplicatedHeader, Value: []byte(v.String())})})
+		case v.Forward():
+			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time, Headers: hb.with(m, id)})
+		}
+	}
+	b.out, b.dead = out, dead
+	for v, n := range counts {
+		if n > 0 {
+			w.m.verdicts.WithLabelValues(bloom.Verdict(v).String()).Add(float64(n))
+		}
+	}
+	if firstLate >= 0 {
+		e := elems[firstLate]
+		action := "forwarded undeduplicated"
+		if w.cfg.DeadLetterLate {
+			action = "dead-lettered"
+		}
+		w.lateLog.Warn("events beyond the lag bound "+action, zap.Int("late", counts[bloom.Late]), zap.Int("future", counts[bloom.Future]),
+			zap.Stringer("first", e.Source), zap.Time("first_event_time", e.Time), zap.Duration("first_lag", now.Sub(e.Time)))
+	}
+	return nil
+}
+
+// beyondBound is the dead-letter reason of a Late or Future verdict.
+func beyondBound(v bloom.Verdict) error {
+	if v == bloom.Future {
+		return ErrFuture
+	}
+	return ErrLate
+}
+
+// The dead-letter reasons of events beyond the lag bound, under
+// DeadLetterLate.
+var (
+	ErrLate   = errors.New("late: processed after the lag bound (max lag past the end of its event time's window), not deduplicated")
+	ErrFuture = errors.New("future: event time beyond the end of the window after the clock's, not deduplicated")
+)
+
+func source(m *kafka.Message) kafka.Header {
+	return kafka.Header{Key: record.SourceHeader, Value: record.AppendSource(nil, m.Topic, m.Partition, m.Offset)}
+}
+
+// headerBuf hands out the headers of forwarded messages from a few large
+// blocks instead of several small allocations per message: the input's
+// headers, then dedupe-source, then the extra ones. The ID aliases the input
+// message, which lives as long as the batch. A block that fills up is
+// left to the messages that use it and replaced by one twice as large, so
+// after a few batches one block holds a whole batch and reset reuses it.
+type headerBuf struct {
+	headers []kafka.Header
+	bytes   []byte
+}
+
+// reset makes the current blocks reusable; call it only once no message
+// refers to the headers handed out before.
+func (b *headerBuf) reset() {
+	b.headers, b.bytes = b.headers[:0], b.bytes[:0]
+}
+
+func (b *headerBuf) with(m *kafka.Message, extra ...kafka.Header) []kafka.Header {
+	n := len(m.Headers) + 1 + len(extra)
+	if cap(b.headers)-len(b.headers) < n {
+		b.headers = make([]kafka.Header, 0, max(n, 2*cap(b.headers), 256))
+	}
+	if need := len(m.Topic) + 42; cap(b.bytes)-len(b.bytes) < need {
+		b.bytes = make([]byte, 0, max(need, 2*cap(b.bytes), 8<<10))
+	}
+	start := len(b.bytes)
+	b.bytes = record.AppendSource(b.bytes, m.Topic, m.Partition, m.Offset)
+	src := b.bytes[start:len(b.bytes):len(b.bytes)]
+	first := len(b.headers)
+	b.headers = append(b.headers, m.Headers...)
+	b.headers = append(b.headers, kafka.Header{Key: record.SourceHeader, Value: src})
+	b.headers = append(b.headers, extra...)
+	return b.headers[first:len(b.headers):len(b.headers)]
+}
+
+// ErrTooLarge dead-letters a message too large to produce again with the
+// headers the worker adds; its dead letter has no value, and its
+// dedupe-source header says where the original is.
+var ErrTooLarge = fmt.Errorf("message is larger than the producer's limit of %d bytes less %d for headers; the value is left out, see dedupe-source",
+	sink.MaxBatchBytes, headerAllowance)
+
+// headerAllowance is room left for the headers the worker adds.
+const headerAllowance = 4096
+
+const maxMessageBytes = sink.MaxBatchBytes - headerAllowance
+
+// deadLetter is the input unchanged, with the reason and its source.
+func deadLetter(m *kafka.Message, reason error) kafka.Message {
+	h := make([]kafka.Header, 0, len(m.Headers)+3)
+	h = append(h, m.Headers...)
+	h = append(h, source(m), kafka.Header{Key: record.ErrorHeader, Value: []byte(reason.Error())},
+		kafka.Header{Key: record.ReasonHeader, Value: []byte(reasonOf(reason).String())})
+	return kafka.Message{Key: m.Key, Value: m.Value, Headers: h, Time: m.Time}
+}
+
+// reasons map the errors a message is dead-lettered for to their reasons.
+var reasons = []struct {
+	err    error
+	reason record.Reason
+}{
+	{ErrNotJSON, record.NotJSON}, {ErrTooDeep, record.TooDeep}, {ErrNoID, record.NoID}, {ErrEmptyID, record.EmptyID},
+	{ErrBadID, record.BadID}, {ErrNoTime, record.NoTime}, {ErrBadTime, record.BadTime}, {ErrInvalidUTF8, record.InvalidUTF8},
+	{ErrTooLarge, record.TooLarge}, {ErrLate, record.Late}, {ErrFuture, record.Future},
+}
+
+// reasonOf is the reason of a dead-letter error, by its type, never by its
+// text.
+func reasonOf(err error) record.Reason {
+	for _, r := range reasons {
+		if errors.Is(err, r.err) {
+			return r.reason
+		}
+	}
+	return record.Other
+}
+
+// MaxJSONDepth bounds the nesting of JSON payloads: deeper input goes to
+// the dead-letter topic instead of recursing that deep in the parser. A
+// payload shorter than this cannot nest deeper, so it is not scanned.
+const MaxJSONDepth = 256
+
+// Extractor reads the element ID and event time of a message.
+type Extractor struct {
+	id       config.IDSource
+	idPath   string // gjson path
+	timePath string // gjson path; empty: the message timestamp
+	needJSON bool
+}
+
+// NewExtractor builds an Extractor from DEDUPE_ID_FIELD and
+// DEDUPE_TIME_FIELD values.
+func NewExtractor(idField, timeField string) (*Extractor, error) {
+	src, err := config.ParseIDField(idField)
+	if err != nil {
+		return nil, err
+	}
+	e := &Extractor{id: src}
+	if src.Kind == config.JSONID {
+		e.idPath = gjsonPath(src.Path)
+		e.needJSON = true
+	}
+	if timeField != "" {
+		e.timePath = gjsonPath(strings.Split(timeField, "."))
+		e.needJSON = true
+	}
+	return e, nil
+}
+
+// gjsonPath joins field names, escaping gjson's special characters so a
+// field name is always taken literally.
+func gjsonPath(fields []string) string {
+	esc := make([]string, len(fields))
+	for i, f := range fields {
+		esc[i] = gjson.Escape(f)
+	}
+	return strings.Join(esc, ".")
+}
+
+// Reasons for the dead-letter topic, in its dedupe-error header.
+var (
+	ErrNotJSON     = errors.New("payload is not valid JSON")
+	ErrTooDeep     = fmt.Errorf("payload nests deeper than %d levels", MaxJSONDepth)
+	ErrNoID        = errors.New("element ID is missing")
+	ErrEmptyID     = errors.New("element ID is empty")
+	ErrBadID       = errors.New("element ID is not a string or a number")
+	ErrNoTime      = errors.New("event time is missing")
+	ErrBadTime     = errors.New("event time is not Unix seconds, Unix milliseconds or RFC 3339")
+	ErrInvalidUTF8 = errors.New("element ID is not valid UTF-8")
+)
+
+// Extract returns the ID and event time of m, or the reason it cannot be
+// deduplicated. The ID may alias m's memory.
+func (e *Extractor) Extract(m *kafka.Message) ([]byte, time.Time, error) {
+	if e.needJSON {
+		if len(m.Value) > MaxJSONDepth && depthExceeds(m.Value, MaxJSONDepth) {
+			return nil, time.Time{}, ErrTooDeep
+		}
+		if !gjson.ValidBytes(m.Value) {
+			return nil, time.Time{}, ErrNotJSON
+		}
+	}
+	var id []byte
+	switch e.id.Kind {
+	case config.KeyID:
+		id = m.Key
+		if id == nil {
+			return nil, time.Time{}, ErrNoID
+		}
+	case config.HeaderID:
+		found := false
+		for _, h := range m.Headers {
+			if h.Key == e.id.Header {
+				id, found = h.Value, true
+				break
+			}
+		}
+		if !found {
+			return nil, time.Time{}, ErrNoID
+		}
+	default:
+		r := gjson.Get(view(m.Value), e.idPath)
+		switch r.Type {
+		case gjson.String:
+			if !utf8.ValidString(r.Str) {
+				return nil, time.Time{}, ErrInvalidUTF8
+			}
+			// Without escapes the ID is the raw bytes between the quotes:
+			// alias the message instead of copying.
+			if r.Index > 0 && len(r.Raw) == len(r.Str)+2 {
+				id = m.Value[r.Index+1 : r.Index+1+len(r.Str) : r.Index+1+len(r.Str)]
+			} else {
+				id = []byte(r.Str)
+			}
+		case gjson.Number:
+			id = m.Value[r.Index : r.Index+len(r.Raw) : r.Index+len(r.Raw)]
+		case gjson.Null:
+			if !r.Exists() {
+				return nil, time.Time{}, ErrNoID
+			}
+			return nil, time.Time{}, ErrBadID
+		default:
+			return nil, time.Time{}, ErrBadID
+		}
+	}
+	if len(id) == 0 {
+		return nil, time.Time{}, ErrEmptyID
+	}
+	t, err := e.eventTime(m)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return id, t, nil
+}
+
+func (e *Extractor) eventTime(m *kafka.Message) (time.Time, error) {
+	if e.timePath == "" {
+		if m.Time.IsZero() || m.Time.Unix() <= 0 {
+			return time.Time{}, ErrNoTime
+		}
+		return m.Time, nil
+	}
+	r := gjson.Get(view(m.Value), e.timePath)
+	switch r.Type {
+	case gjson.Number:
+		return unixTime(r.Raw)
+	case gjson.String:
+		if t, err := unixTime(r.Str); err == nil {
+			return t, nil
+		}
+		t, err := time.Parse(time.RFC3339Nano, r.Str)
+		if err != nil {
+			return time.Time{}, ErrBadTime
+		}
+		return t, nil
+	case gjson.Null:
+		if !r.Exists() {
+			return time.Time{}, ErrNoTime
+		}
+	}
+	return time.Time{}, ErrBadTime
+}
+
+// unixTime reads whole Unix seconds or milliseconds: values from 1e11 on
+// are milliseconds (1e11 seconds is the year 5138).
+func unixTime(s string) (time.Time, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || f != f || f < 1 || f > 1e16 {
+			return time.Time{}, ErrBadTime
+		}
+		n = int64(f)
+	}
+	switch {
+	case n <= 0 || n >= 1e16:
+		return time.Time{}, ErrBadTime
+	case n >= 1e11:
+		return time.UnixMilli(n).UTC(), nil
+	default:
+		return time.Unix(n, 0).UTC(), nil
+	}
+}
+
+// depthExceeds reports whether JSON-ish input b nests arrays and objects
+// deeper than limit, skipping brackets inside strings.
+func depthExceeds(b []byte, limit int) bool {
+	depth := 0
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+			if depth > limit {
+				return true
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return false
+}
+
+// view is b as a string without a copy. gjson.GetBytes copies every
+// result it returns; reading through a view leaves the results pointing
+// into the message, which outlives them. Nothing may write b meanwhile.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

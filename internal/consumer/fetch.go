@@ -1,0 +1,126 @@
+package consumer
+
+import (
+	"context"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/sink"
+)
+
+// newReader is the group member that reads the input. Offsets are
+// committed by deliver, synchronously, once per batch; gl logs what
+// kafka-go reports.
+func (w *Worker) newReader(gl *zap.Logger) *kafka.Reader {
+	return kafka.NewReader(kafka.ReaderConfig{
+		Brokers:  w.cfg.Brokers,
+		GroupID:  w.cfg.GroupID,
+		Topic:    w.cfg.Topic,
+		MinBytes: 1,
+		MaxBytes: 16 << 20,
+		// kafka-go also uses MaxWait as the deadline for the start of a
+		// fetch response. Tied to a short linger it made a loaded broker
+		// miss it on every retry (a fetch that timed out, reconnected and
+		// timed out again, for a minute in the fault suite). The broker
+		// answers as soon as it has a byte (MinBytes 1), so a longer wait
+		// costs nothing when data flows; the linger is kept by fetch.
+		MaxWait:           min(500*time.Millisecond, w.cfg.SessionTimeout/2),
+		StartOffset:       kafka.FirstOffset,
+		CommitInterval:    0, // commits are synchronous, per batch
+		QueueCapacity:     w.cfg.BatchSize,
+		SessionTimeout:    w.cfg.SessionTimeout,
+		RebalanceTimeout:  w.cfg.SessionTimeout,
+		HeartbeatInterval: w.cfg.SessionTimeout / 5,
+		JoinGroupBackoff:  500 * time.Millisecond,
+		ReadBackoffMin:    50 * time.Millisecond,
+		ReadBackoffMax:    time.Second,
+		MaxAttempts:       3,
+		Dialer:            &kafka.Dialer{Timeout: w.cfg.KafkaTimeout, TLS: w.cfg.TLS, SASLMechanism: w.cfg.SASL, ClientID: ClientID(w.cfg.GroupID)},
+		Logger:            sink.KafkaLogger(gl, zapcore.DebugLevel),
+		ErrorLogger:       sink.KafkaLogger(gl, zapcore.WarnLevel),
+	})
+}
+
+// fetch collects up to BatchSize messages or BatchBytes bytes: it waits
+// for the first as long as it takes, then at most BatchLinger for the
+// rest. Cancelling ctx ends the batch early; the messages fetched so far
+// are returned.
+func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafka.Message, []time.Time) {
+	batch, fetched := b.batch[:0], b.fetched[:0]
+	// The linger timer cancels lctx; one timer per batch, not a deadline
+	// context per message.
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var linger *time.Timer
+	defer func() {
+		if linger != nil {
+			linger.Stop()
+		}
+	}()
+	size, errs := 0, 0
+	for len(batch) < w.cfg.BatchSize && size < w.cfg.BatchBytes {
+		m, err := r.FetchMessage(lctx)
+		if err != nil {
+			if lctx.Err() != nil { // ctx cancelled, or the linger is over
+				return batch, fetched
+			}
+			// kafka-go backs off between its own fetch retries and queues
+			// their errors with the messages; waiting here as well drained
+			// a queue of errors one per back-off, which stalled a partition
+			// for minutes after a short broker fault. Take the next one.
+			// Errors that come without kafka-go's pacing (many in a row)
+			// get a short pause, so this never spins.
+			w.fetching.Store(false)
+			w.m.errors.WithLabelValues("fetching").Inc()
+			w.kafkaLog.Warn("fetching", zap.Error(err))
+			if errs++; errs > 100 {
+				select {
+				case <-lctx.Done():
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			continue
+		}
+		errs = 0
+		w.fetching.Store(true)
+		now := time.Now()
+		if len(batch) == 0 {
+			linger = time.AfterFunc(w.cfg.BatchLinger, cancel)
+		}
+		batch = append(batch, m)
+		fetched = append(fetched, now)
+		size += messageBytes(&m)
+	}
+	return batch, fetched
+}
+
+// buffers hold a batch from its fetch to its commit. They are reused:
+// at most three batches are in hand at once (one being decided, one
+// queued, one being delivered), and a batch's buffers are sized once.
+type buffers struct {
+	batch   []kafka.Message
+	fetched []time.Time
+	elems   []bloom.Element
+	idx     []int
+	out     []kafka.Message
+	dead    []kafka.Message
+	seen    map[[2]int64]struct{}
+	hb      headerBuf
+	last    []kafka.Message // per partition, the message to commit
+	// retried is set when a write of the batch failed. kafka-go may still
+	// hold its messages in a produce request it abandoned, so the buffers
+	// are then left to the garbage collector instead of being reused.
+	retried bool
+}
+
+func messageBytes(m *kafka.Message) int {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
