@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"dedupe-worker/config"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tinylib/msgp/msgp"
@@ -119,18 +120,15 @@ type Config struct {
 	// record reaches. It must exceed the offsets a consumer can have decided
 	// but not committed. Changing it starts new filters. Default: 65536.
 	ReplayHorizon int64
-	// CallTimeout bounds each Redis call. Default: 5s.
+	// CallTimeout bounds each Redis call. Default: the pipeline's,
+	// config.Defaults().RedisTimeout.
 	CallTimeout time.Duration
-	// MinReplicas: when above zero, every test-and-set call is followed by
-	// a WAIT on the same connection to the shard's master, and the call
-	// fails with ErrTooFewReplicas (inside ErrRedis: retry it) unless its
-	// writes reached this many replicas within half the time left of the
-	// call (CallTimeout at most). With replicas behind each master (a Redis
-	// Cluster with failover), 1 keeps a promoted replica from forgetting
-	// decisions already acted on. It costs a master-to-replica round trip
-	// per shard per batch, and calls to a master with fewer live replicas
-	// fail. The client must be a *redis.Client or a *redis.ClusterClient.
-	// Default: 0 (no WAIT).
+	// MinReplicas: when above zero, a test-and-set call fails with
+	// ErrTooFewReplicas (inside ErrRedis: retry it) unless its writes
+	// reached this many replicas within half the time left of the call;
+	// see "Replicas and failover" in the package doc for why, how and what
+	// it costs. The client must be a *redis.Client or a
+	// *redis.ClusterClient. Default: 0 (no WAIT).
 	MinReplicas int
 	// Now is the clock: every decision that depends on the present (Late,
 	// Future, the records' expiry) reads it, and so does the maintenance
@@ -138,8 +136,6 @@ type Config struct {
 	// applies expiries with its own. Default: time.Now.
 	Now func() time.Time
 }
-
-var pipelineName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
 
 func (c *Config) setDefaults() {
 	if len(c.Plan.Stages) == 0 {
@@ -156,7 +152,7 @@ func (c *Config) setDefaults() {
 		c.ReplayHorizon = 1 << 16
 	}
 	if c.CallTimeout == 0 {
-		c.CallTimeout = 5 * time.Second
+		c.CallTimeout = config.Defaults().RedisTimeout
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -164,10 +160,10 @@ func (c *Config) setDefaults() {
 }
 
 func (c *Config) validate() error {
-	if !pipelineName.MatchString(c.Pipeline) {
+	if !config.NamePattern.MatchString(c.Pipeline) {
 		return fmt.Errorf("pipeline name %q: want 1 to 100 letters, digits, '.', '_' or '-'", c.Pipeline)
 	}
-	if !pipelineName.MatchString(c.KeyPrefix) {
+	if !config.NamePattern.MatchString(c.KeyPrefix) {
 		return fmt.Errorf("key prefix %q: want 1 to 100 letters, digits, '.', '_' or '-'", c.KeyPrefix)
 	}
 	if c.Plan.Shards < 1 || c.Plan.ShardBits < WordBits || c.Plan.ShardBits%WordBits != 0 || c.Plan.ShardBits > MaxKeyBits ||
@@ -218,7 +214,9 @@ type Filter struct {
 }
 
 // New returns a Filter over client, a *redis.Client for one server or a
-// *redis.ClusterClient for a Cluster. Give the client
+// *redis.ClusterClient for a Cluster; any other client is refused, since
+// the filter must know which it is to place shards, to reach every master
+// and to send WAIT on the script's connection. Give the client
 // ContextTimeoutEnabled so deadlines reach the socket.
 func New(client redis.UniversalClient, cfg Config) (*Filter, error) {
 	cfg.setDefaults()
@@ -226,9 +224,8 @@ func New(client redis.UniversalClient, cfg Config) (*Filter, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	_, cluster := client.(*redis.ClusterClient)
-	if _, single := client.(*redis.Client); cfg.MinReplicas > 0 && !cluster && !single {
-		return nil, fmt.Errorf("%w: min replicas needs a *redis.Client or a *redis.ClusterClient, to send WAIT on the connection of the script; got %T",
-			ErrInvalidConfig, client)
+	if _, single := client.(*redis.Client); !cluster && !single {
+		return nil, fmt.Errorf("%w: want a *redis.Client or a *redis.ClusterClient, got %T", ErrInvalidConfig, client)
 	}
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%d/%d/%d/%d/%d/%d", cfg.Plan.Layout.Words, cfg.Plan.Layout.BitsPerWord,
@@ -365,10 +362,9 @@ func (f *Filter) forEachServer(ctx context.Context, check func(context.Context, 
 	switch c := f.client.(type) {
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, check)
-	case *redis.Client:
-		return check(ctx, c)
+	default: // New accepts nothing else
+		return check(ctx, f.client.(*redis.Client))
 	}
-	return nil
 }
 
 // tooOld reports whether Redis version v (major.minor.patch) is below 7.0.

@@ -454,6 +454,15 @@ func TestBadInput(t *testing.T) {
 	if _, err := New(c, Config{Pipeline: "x", Plan: f.Plan(), Windows: Windows{Length: 1500 * time.Millisecond}}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("fractional window: %v", err)
 	}
+	// A client the filter cannot tell a server from a Cluster by (a Ring
+	// here; a wrapper would be the same) is refused, not taken for one
+	// server.
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": c.Options().Addr}})
+	defer ring.Close()
+	if _, err := New(ring, Config{Pipeline: "x", Plan: f.Plan(), Windows: Windows{Length: time.Minute}}); !errors.Is(err, ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "*redis.Ring") {
+		t.Errorf("a Ring client: %v, want ErrInvalidConfig naming the type", err)
+	}
 }
 
 func TestPreallocateMakesFullKeysWithTTL(t *testing.T) {

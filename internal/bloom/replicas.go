@@ -19,8 +19,8 @@ var ErrTooFewReplicas = errors.New("writes not acknowledged by enough replicas")
 const syncTTL = time.Minute
 
 // SyncKey is the key of a shard that every call with Config.MinReplicas
-// above zero writes after its script, so that its WAIT covers every write
-// made before it on that master (see runReplicated).
+// above zero writes after its script ("Replicas and failover" in the
+// package doc says why).
 func (f *Filter) SyncKey(shard int) string { return f.slots[shard] + ":w" }
 
 // pipeliner is a client whose pipelines run on one connection: a
@@ -30,25 +30,10 @@ type pipeliner interface {
 }
 
 // runReplicated runs the script for one shard and makes its result count
-// only once MinReplicas replicas have what it wrote. On one connection to
-// the master serving the shard, in one pipeline: the script, a write of
-// the shard's sync key, WAIT.
-//
-// The sync key is written because WAIT waits for the replication offset of
-// the last write (on Redis 7.0, of the last command) made on its own
-// connection, not on the server: a retry on a fresh connection whose
-// script only replays recorded decisions writes nothing, and its WAIT
-// would return at once even though the records it read, written by the
-// failed call, have not reached any replica. The write moves the
-// connection's offset to the master's current one, so a successful call's
-// verdicts are always on MinReplicas replicas.
-//
-// On a Cluster the master comes from the client's slot map, and replies
-// such as MOVED, ASK, CLUSTERDOWN or a refused connection are not followed
-// here (a redirected script would lose its WAIT): the call fails, and the
-// slot map is reloaded so that the caller's next try reaches the master
-// that serves the slot then, for instance a replica promoted by a
-// failover.
+// only once MinReplicas replicas have what it wrote: the script, a write
+// of the shard's sync key and WAIT in one pipeline on one connection to
+// the master serving the shard, as "Replicas and failover" in the package
+// doc describes. On a Cluster a failed call reloads the slot map.
 func (f *Filter) runReplicated(ctx context.Context, shard int, keys []string, args ...any) (string, error) {
 	var conn pipeliner = f.client
 	cc, _ := f.client.(*redis.ClusterClient)
