@@ -6,6 +6,7 @@
 # Kubernetes readOnlyRootFilesystem: true) and needs no volume.
 #
 #   docker build -t dedupe-worker .
+#   docker build --target clicks -t dedupe-clicks .   (the demo's traffic)
 #   docker run --read-only --env-file config/clicks.env -p 8080:8080 dedupe-worker
 
 # ---- build ----
@@ -27,7 +28,22 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
     go build -trimpath -ldflags "-s -w" -o /out/dedupe-worker ./cmd/dedupe-worker
 
-# ---- runtime ----
+# ---- clicks: the demo's traffic, an image of its own ----
+# docker build --target clicks: the click generator and counter of the
+# docker-compose demo (cmd/clicks). The worker's image below does not hold
+# them; BuildKit skips these stages when it builds the worker.
+FROM build AS clicks-build
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
+    go build -trimpath -ldflags "-s -w" -o /out/clicks ./cmd/clicks
+
+FROM gcr.io/distroless/static-debian12:nonroot AS clicks
+COPY --from=clicks-build /out/clicks /clicks
+USER 65532:65532
+ENTRYPOINT ["/clicks"]
+
+# ---- runtime: the worker (the default target) ----
 # static-debian12 holds CA certificates (for DEDUPE_KAFKA_TLS and
 # DEDUPE_REDIS_TLS without a CA file), tzdata and /etc/passwd with the
 # nonroot user, and no shell or package manager.

@@ -46,6 +46,8 @@ type composeService struct {
 type composeBuild struct {
 	Context    string `json:"context"`
 	Dockerfile string `json:"dockerfile"`
+	// Target is a stage of the Dockerfile; empty is the last, the worker.
+	Target string `json:"target"`
 }
 
 type composeDependsOn struct {
@@ -170,7 +172,7 @@ func TestComposeWorkers(t *testing.T) {
 	hostPorts := map[string]string{}
 	for _, name := range sortedKeys(c.Services) {
 		s := c.Services[name]
-		if !ourImage(s) || (len(s.Command) > 0 && s.Command[0] != "run") {
+		if !ourImage(s) || s.Build.Target != "" || (len(s.Command) > 0 && s.Command[0] != "run") {
 			continue
 		}
 		workers = append(workers, name)
@@ -280,36 +282,40 @@ func composeEnv(t *testing.T, name string, s composeService) map[string]string {
 	return env
 }
 
-// subcommands are the first words the binary accepts, from the usage text
-// in cmd/dedupe-worker/main.go ("usage: dedupe-worker [run | plan [flags]
-// | stats]").
-func subcommands(t *testing.T) []string {
+// subcommands are the first words command prog (cmd/prog) accepts, from
+// the usage text in its main.go ("usage: dedupe-worker [run | plan
+// [flags] | stats]", "usage: clicks generate [flags] | count [flags]").
+func subcommands(t *testing.T, prog string) []string {
 	t.Helper()
-	src := string(readRepoFile(t, "cmd", "dedupe-worker", "main.go"))
-	m := regexp.MustCompile("const usage = `usage: dedupe-worker \\[([^\\n]*)\\]").FindStringSubmatch(src)
+	src := string(readRepoFile(t, "cmd", prog, "main.go"))
+	m := regexp.MustCompile("const usage = `usage: " + prog + " ([^\\n]*)").FindStringSubmatch(src)
 	if m == nil {
-		t.Fatal("cmd/dedupe-worker/main.go: no usage line")
+		t.Fatalf("cmd/%s/main.go: no usage line", prog)
+	}
+	line := m[1]
+	if strings.HasPrefix(line, "[") {
+		line = strings.TrimSuffix(strings.TrimPrefix(line, "["), "]")
 	}
 	var cmds []string
-	for _, alt := range strings.Split(m[1], "|") {
+	for _, alt := range strings.Split(line, "|") {
 		if f := strings.Fields(alt); len(f) > 0 {
 			cmds = append(cmds, f[0])
 		}
 	}
-	if !slices.Contains(cmds, "run") {
-		t.Fatalf("usage line %q: no run", m[1])
+	if len(cmds) < 2 {
+		t.Fatalf("cmd/%s/main.go: usage line %q names fewer than two subcommands", prog, m[1])
 	}
 	return cmds
 }
 
-// subcommandHelp is the usage text's description of cmd (its line and
-// the indented lines under it), empty if there is none.
-func subcommandHelp(t *testing.T, cmd string) string {
+// subcommandHelp is the usage text's description of cmd in cmd/prog (its
+// line and the indented lines under it), empty if there is none.
+func subcommandHelp(t *testing.T, prog, cmd string) string {
 	t.Helper()
-	src := string(readRepoFile(t, "cmd", "dedupe-worker", "main.go"))
+	src := string(readRepoFile(t, "cmd", prog, "main.go"))
 	_, body, ok := strings.Cut(src, "const usage = `")
 	if !ok {
-		t.Fatal("cmd/dedupe-worker/main.go: no usage text")
+		t.Fatalf("cmd/%s/main.go: no usage text", prog)
 	}
 	body, _, _ = strings.Cut(body, "`")
 	var help []string
@@ -332,28 +338,31 @@ func subcommandHelp(t *testing.T, cmd string) string {
 
 func TestComposeGeneratorAndCounter(t *testing.T) {
 	c := loadCompose(t)
-	known := subcommands(t)
+	known := subcommands(t, "clicks")
+	if !slices.Contains(stageNames(t), "clicks") {
+		t.Fatal("Dockerfile: no stage named clicks, the image of the click generator and counter")
+	}
 	for _, tc := range []struct{ service, cmd string }{{"generator", "generate"}, {"counter", "count"}} {
 		s, ok := c.Services[tc.service]
 		if !ok {
 			t.Errorf("no %s service", tc.service)
 			continue
 		}
-		if !ourImage(s) {
-			t.Errorf("%s: want the dedupe-worker image built from the Dockerfile", tc.service)
+		if !ourImage(s) || s.Build.Target != "clicks" {
+			t.Errorf("%s: want the image of the Dockerfile's clicks stage (build target clicks)", tc.service)
 		}
 		if len(s.Command) == 0 || s.Command[0] != tc.cmd {
 			t.Errorf("%s: command %q, want %s first", tc.service, s.Command, tc.cmd)
 			continue
 		}
 		if !slices.Contains(known, s.Command[0]) {
-			t.Errorf("%s: %s is not a subcommand of dedupe-worker (%v)", tc.service, s.Command[0], known)
+			t.Errorf("%s: %s is not a subcommand of clicks (%v)", tc.service, s.Command[0], known)
 		}
 		// The usage text describes the subcommand, and its flags must be
 		// among those it names.
-		help := subcommandHelp(t, tc.cmd)
+		help := subcommandHelp(t, "clicks", tc.cmd)
 		if help == "" {
-			t.Errorf("%s: the usage text of cmd/dedupe-worker/main.go does not describe %s", tc.service, tc.cmd)
+			t.Errorf("%s: the usage text of cmd/clicks/main.go does not describe %s", tc.service, tc.cmd)
 		}
 		for _, arg := range s.Command[1:] {
 			if strings.HasPrefix(arg, "-") && !regexp.MustCompile(regexp.QuoteMeta(arg)+`\b`).MatchString(help) {

@@ -197,13 +197,64 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("ENTRYPOINT %q: want the exec form [\"/dedupe-worker\"] (no shell in the image)", ep.args)
 	}
 	if _, ok := final.last("CMD"); ok {
-		t.Error("final stage has a CMD: the default subcommand is run, compose passes generate and count")
+		t.Error("final stage has a CMD: the default subcommand is run")
 	}
 	for _, in := range final.all("VOLUME") {
 		t.Errorf("line %d: VOLUME %s: the worker writes nothing to disk", in.line, in.args)
 	}
 	for _, in := range final.all("RUN") {
 		t.Errorf("line %d: RUN in the runtime stage: it has no shell", in.line)
+	}
+}
+
+// stageNames are the names of the Dockerfile's stages.
+func stageNames(t *testing.T) []string {
+	t.Helper()
+	stages, err := parseDockerfile(string(readRepoFile(t, "Dockerfile")))
+	if err != nil {
+		t.Fatalf("Dockerfile: %v", err)
+	}
+	var names []string
+	for _, s := range stages {
+		names = append(names, s.name)
+	}
+	return names
+}
+
+// The clicks stage is an image of the demo's traffic tools, built from the
+// same sources; the worker's image (the last stage) holds only the worker.
+func TestDockerfileClicksStage(t *testing.T) {
+	stages, err := parseDockerfile(string(readRepoFile(t, "Dockerfile")))
+	if err != nil {
+		t.Fatalf("Dockerfile: %v", err)
+	}
+	i := slices.IndexFunc(stages, func(s stage) bool { return s.name == "clicks" })
+	if i < 0 || i == len(stages)-1 {
+		t.Fatalf("Dockerfile: want a stage named clicks before the last (the worker's), got %d stages", len(stages))
+	}
+	clicks := stages[i]
+	built := false
+	for _, s := range stages[:i] {
+		for _, in := range s.all("RUN") {
+			built = built || (strings.Contains(in.args, "go build") && regexp.MustCompile(`\./cmd/clicks(\s|$)`).MatchString(in.args) &&
+				strings.Contains(in.args, "CGO_ENABLED=0"))
+		}
+	}
+	if !built {
+		t.Error("no stage before clicks builds ./cmd/clicks statically")
+	}
+	ep, ok := clicks.last("ENTRYPOINT")
+	var argv []string
+	if !ok || json.Unmarshal([]byte(ep.args), &argv) != nil || len(argv) != 1 || argv[0] != "/clicks" {
+		t.Errorf("clicks: ENTRYPOINT %q, want [\"/clicks\"]", ep.args)
+	}
+	if u, ok := clicks.last("USER"); !ok || strings.HasPrefix(u.args, "0") {
+		t.Errorf("clicks: want a numeric non-root USER")
+	}
+	for _, in := range stages[len(stages)-1].all("COPY") {
+		if strings.Contains(in.args, "clicks") {
+			t.Errorf("line %d: the worker's image copies %s", in.line, in.args)
+		}
 	}
 }
 

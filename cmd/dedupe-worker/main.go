@@ -3,9 +3,9 @@
 //	dedupe-worker          run a worker configured by DEDUPE_* variables
 //	dedupe-worker plan     print the filter sizing for n, p and a window
 //	dedupe-worker stats    print the live filter statistics from Redis
-//	dedupe-worker demo     run the whole pipeline on this machine and verify it
-//	dedupe-worker generate produce click events to the input topic
-//	dedupe-worker count    count the output topic by dedupe-source
+//
+// The demo (cmd/demo) and the click traffic tools (cmd/clicks) are
+// commands of their own, so that this binary links no test machinery.
 package main
 
 import (
@@ -26,22 +26,15 @@ import (
 	"dedupe-worker/config"
 	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/bloom"
-	"dedupe-worker/internal/demo"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-const usage = `usage: dedupe-worker [run | plan [flags] | stats | demo [flags] | generate [flags] | count [flags]]
+const usage = `usage: dedupe-worker [run | plan [flags] | stats]
   run       consume, deduplicate and forward (the default); configured by DEDUPE_* variables
   plan      print the filter sizing and the memory of the windows live at once;
             flags -n, -p, -window, -mode, -max-lag, -shards default to the DEDUPE_* values
-  stats     print the live filter statistics of the configured pipeline
-  demo      run a broker, redis-server, a click generator, two replicas and a verifier
-            on this machine, and report; flags -n, -dup, -bad, -window, -p, -expected
-  generate  produce click events to DEDUPE_INPUT_TOPIC on DEDUPE_KAFKA_BROKERS;
-            flags -n (0: forever), -rate, -dup, -bad
-  count     count DEDUPE_OUTPUT_TOPIC on DEDUPE_KAFKA_BROKERS by dedupe-source
-            until SIGTERM, printing running totals`
+  stats     print the live filter statistics of the configured pipeline`
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "run"
@@ -72,12 +65,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return plan(args, stdout, stderr)
 	case "stats":
 		return stats(ctx, stdout, stderr)
-	case "demo":
-		return demo.RunDemo(ctx, args, stdout, stderr)
-	case "generate":
-		return demo.RunGenerate(ctx, args, stdout, stderr)
-	case "count":
-		return demo.RunCount(ctx, args, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return 0
@@ -96,9 +83,13 @@ func newLogger(level string) (*zap.Logger, error) {
 	return cfg.Build()
 }
 
-func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok && v != "" {
-		return v
+// envOr is the value of variable name (DEDUPE_ and name) read as def
+// reads it, or def when it is not set or cannot be read.
+func envOr[T any](name string, def T, parse func(string) (T, error)) T {
+	if v, ok := os.LookupEnv(config.Prefix + "_" + name); ok && v != "" {
+		if x, err := parse(v); err == nil {
+			return x
+		}
 	}
 	return def
 }
@@ -106,19 +97,19 @@ func envOr(name, def string) string {
 func plan(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	defN, _ := strconv.ParseInt(envOr("DEDUPE_EXPECTED_PER_WINDOW", "1000000"), 10, 64)
-	defP, _ := strconv.ParseFloat(envOr("DEDUPE_FALSE_POSITIVE_RATE", "1e-6"), 64)
-	defW, _ := time.ParseDuration(envOr("DEDUPE_WINDOW", "10m"))
-	defS, _ := strconv.Atoi(envOr("DEDUPE_SHARDS", "1"))
-	n := fs.Int64("n", defN, "distinct IDs expected per window")
-	p := fs.Float64("p", defP, "target false-positive rate")
-	window := fs.Duration("window", defW, "window length")
-	mode := fs.String("mode", envOr("DEDUPE_WINDOW_MODE", "rolling"), "rolling or fixed")
-	defLag, _ := time.ParseDuration(envOr("DEDUPE_MAX_LAG", "1h"))
-	maxLag := fs.Duration("max-lag", defLag, "lag bound: how long after their event time events are still deduplicated")
-	shards := fs.Int("shards", defS, "least number of shards")
-	defGrowth, _ := strconv.ParseFloat(envOr("DEDUPE_MAX_GROWTH", "64"), 64)
-	growth := fs.Float64("max-growth", defGrowth, "how far a window may grow past n (1: no growth)")
+	// Each flag defaults to the pipeline's variable, or to its default.
+	d := config.Defaults()
+	parseInt := func(s string) (int, error) { return strconv.Atoi(s) }
+	parseInt64 := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
+	parseFloat := func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
+	parseString := func(s string) (string, error) { return s, nil }
+	n := fs.Int64("n", envOr("EXPECTED_PER_WINDOW", d.ExpectedPerWindow, parseInt64), "distinct IDs expected per window")
+	p := fs.Float64("p", envOr("FALSE_POSITIVE_RATE", d.FalsePositiveRate, parseFloat), "target false-positive rate")
+	window := fs.Duration("window", envOr("WINDOW", d.Window, time.ParseDuration), "window length")
+	mode := fs.String("mode", envOr("WINDOW_MODE", d.WindowMode, parseString), "rolling or fixed")
+	maxLag := fs.Duration("max-lag", envOr("MAX_LAG", d.MaxLag, time.ParseDuration), "lag bound: how long after their event time events are still deduplicated")
+	shards := fs.Int("shards", envOr("SHARDS", d.Shards, parseInt), "least number of shards")
+	growth := fs.Float64("max-growth", envOr("MAX_GROWTH", d.MaxGrowth, parseFloat), "how far a window may grow past n (1: no growth)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

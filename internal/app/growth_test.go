@@ -3,7 +3,7 @@ package app
 import (
 	"testing"
 
-	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/testenv"
 )
 
@@ -14,15 +14,15 @@ import (
 func TestNineTimesThePlan(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"in": 4, "out-grow": 4, "out-flat": 4, "dlq": 1})
 	srv := testenv.Redis(t)
-	recs, tr := clicktest.Generate(20_000, 0.07, 0, 9)
+	recs, tr := clickstream.Generate(20_000, 0.07, 0, 9)
 	k.Produce("in", recs...)
-	run := func(pipeline, out string, growth float64) (clicktest.Report, *testenv.Replica) {
+	run := func(pipeline, out string, growth float64) (clickstream.Report, *testenv.Replica) {
 		cfg := testenv.Config(pipeline, k.Addrs(), srv.Addr)
 		cfg.IDField, cfg.TimeField, cfg.OutputTopic = "click_id", "ts", out
 		cfg.ExpectedPerWindow, cfg.MaxGrowth = int64(len(tr.Valid)/9), growth
 		r := testenv.StartReplica(t, cfg, Run, nil)
 		settle(t, len(recs), r)
-		return clicktest.Check(tr, k.Read(out), nil), r
+		return clickstream.Check(tr, k.Read(out), nil), r
 	}
 	grown, r := run("grow", "out-grow", 64)
 	if grown.Lost != 0 || grown.DuplicatesPass != 0 {

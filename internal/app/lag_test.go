@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"dedupe-worker/config"
-	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/testenv"
 )
@@ -23,8 +23,8 @@ import (
 // placed where its event time falls. In a 10-minute rolling window all
 // are duplicates. pos[i] is when record i would be produced live: the
 // event time of the newest event before it.
-func lagInput(n int, from time.Time) (recs []*kgo.Record, pos []time.Time, tr clicktest.Truth) {
-	tr = clicktest.Truth{Valid: map[string]bool{}}
+func lagInput(n int, from time.Time) (recs []*kgo.Record, pos []time.Time, tr clickstream.Truth) {
+	tr = clickstream.Truth{Valid: map[string]bool{}}
 	const step = 100 * time.Millisecond
 	later := 4 * time.Minute
 	delayed := map[int][]*kgo.Record{}
@@ -102,7 +102,7 @@ func settle(t *testing.T, n int, rs ...*testenv.Replica) {
 func idsOf(recs []*kgo.Record) map[string]bool {
 	ids := map[string]bool{}
 	for _, r := range recs {
-		ids[clicktest.Header(r, record.IDHeader)] = true
+		ids[clickstream.Header(r, record.IDHeader)] = true
 	}
 	return ids
 }
@@ -152,7 +152,7 @@ func TestBacklogIsDeduplicatedAsLive(t *testing.T) {
 	settle(t, len(recs), a, b)
 	outLive, outBacklog := k.Read("out-live"), k.Read("out-backlog")
 	for name, out := range map[string][]*kgo.Record{"live": outLive, "backlog": outBacklog} {
-		rep := clicktest.Check(tr, out, nil)
+		rep := clickstream.Check(tr, out, nil)
 		if rep.Lost != 0 || rep.DuplicatesPass != 0 || rep.Unknown != 0 || rep.Conflicts != 0 {
 			t.Errorf("%s: %v", name, rep)
 		}
@@ -186,7 +186,7 @@ func TestBacklogIsDeduplicatedAsLive(t *testing.T) {
 func sourcesOf(recs []*kgo.Record) map[string]bool {
 	s := map[string]bool{}
 	for _, r := range recs {
-		s[clicktest.Header(r, record.SourceHeader)] = true
+		s[clickstream.Header(r, record.SourceHeader)] = true
 	}
 	return s
 }
@@ -298,13 +298,13 @@ func TestBeyondTheBound(t *testing.T) {
 			out, dead := k.Read("out"), k.Read("dlq")
 			marked := map[string]string{} // ID -> dedupe-undeduplicated
 			for _, rec := range out {
-				if h := clicktest.Header(rec, record.UndeduplicatedHeader); h != "" {
-					marked[clicktest.Header(rec, record.IDHeader)] = h
+				if h := clickstream.Header(rec, record.UndeduplicatedHeader); h != "" {
+					marked[clickstream.Header(rec, record.IDHeader)] = h
 				}
 			}
 			reasons := map[string]int{}
 			for _, rec := range dead {
-				reasons[clicktest.Header(rec, record.ReasonHeader)]++
+				reasons[clickstream.Header(rec, record.ReasonHeader)]++
 			}
 			if policy == config.LateForward {
 				// Every copy and every event ahead forwarded and marked; the
@@ -385,7 +385,7 @@ func TestStartAtLatest(t *testing.T) {
 	// The start is committed before the replica joins: wait for it, so
 	// that the new events come after it.
 	testenv.Eventually(t, 30*time.Second, "the start offsets committed", func() bool {
-		c, err := clicktest.Committed(t.Context(), cl, cfg.GroupID, "in", 2)
+		c, err := clickstream.Committed(t.Context(), cl, cfg.GroupID, "in", 2)
 		return err == nil && len(c) == 2 && c[0]+c[1] == 200
 	})
 	k.Produce("in", clicks("new", 100, now, time.Millisecond)...)

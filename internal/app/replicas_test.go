@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/testenv"
 )
 
@@ -15,7 +15,7 @@ import (
 func TestTwoReplicasEndToEnd(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"in": 4, "out": 4, "dlq": 1})
 	srv := testenv.Redis(t)
-	recs, tr := clicktest.Generate(20_000, 0.07, 0.01, 1)
+	recs, tr := clickstream.Generate(20_000, 0.07, 0.01, 1)
 	next := 0
 	feed := func(n int) {
 		end := min(next+n, len(recs))
@@ -59,12 +59,12 @@ func TestTwoReplicasEndToEnd(t *testing.T) {
 	// and dead-letter topics as the input holds. Should something be lost,
 	// the wait gives up and Check below says what.
 	decided := testenv.Until(90*time.Second, func() bool {
-		return clicktest.DistinctSources(k.Read("out")) >= len(tr.Valid) && clicktest.DistinctSources(k.Read("dlq")) >= tr.Malformed
+		return clickstream.DistinctSources(k.Read("out")) >= len(tr.Valid) && clickstream.DistinctSources(k.Read("dlq")) >= tr.Malformed
 	})
 	if err := b.Stop(); err != nil {
 		t.Fatalf("replica b: %v", err)
 	}
-	rep := clicktest.Check(tr, k.Read("out"), k.Read("dlq"))
+	rep := clickstream.Check(tr, k.Read("out"), k.Read("dlq"))
 	if !decided || !rep.OK() {
 		t.Errorf("decided everything: %v; %v", decided, rep)
 	}

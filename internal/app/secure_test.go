@@ -22,7 +22,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"dedupe-worker/config"
-	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/syncbuf"
@@ -117,7 +117,7 @@ func endToEnd(t *testing.T, k *testenv.Kafka, r *testenv.Replica) {
 	out := k.Read("out")
 	ids := map[string]int{}
 	for _, rec := range out {
-		ids[clicktest.Header(rec, record.IDHeader)]++
+		ids[clickstream.Header(rec, record.IDHeader)]++
 	}
 	if len(out) != 20 || len(ids) != 20 {
 		t.Fatalf("output: %d records, %d distinct IDs; want 20 and 20: %v", len(out), len(ids), ids)
@@ -131,7 +131,7 @@ func endToEnd(t *testing.T, k *testenv.Kafka, r *testenv.Replica) {
 	if len(dlq) != 1 || string(dlq[0].Value) != `{"id": oops` {
 		t.Fatalf("dead letters: %d, want the malformed event", len(dlq))
 	}
-	if clicktest.Header(dlq[0], record.ErrorHeader) == "" {
+	if clickstream.Header(dlq[0], record.ErrorHeader) == "" {
 		t.Error("the dead letter has no reason header")
 	}
 	if !r.Ready() {

@@ -182,7 +182,7 @@ func newFlagSet(name, does string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: dedupe-worker %s [flags]\n\n%s\n", name, does)
+		fmt.Fprintf(stderr, "usage: go run ./cmd/%s [flags]\n\n%s\n", name, does)
 		fs.PrintDefaults()
 	}
 	return fs

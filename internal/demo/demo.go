@@ -25,7 +25,7 @@ import (
 	"dedupe-worker/config"
 	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/bloom"
-	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/redisproc"
 )
 
@@ -70,41 +70,49 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
+	d := config.Defaults()
 	if o.Expected == 0 {
 		o.Expected = max(1, int64(math.Ceil(float64(o.N)*(1-o.Dup-o.Bad))))
 	}
 	if o.Seed == 0 {
 		o.Seed = 1
 	}
+	if o.Window == 0 {
+		o.Window = d.Window
+	}
+	if o.P == 0 {
+		o.P = d.FalsePositiveRate
+	}
 	if o.MaxLag == 0 {
-		o.MaxLag = time.Hour
+		o.MaxLag = d.MaxLag
 	}
 	if o.MaxGrowth == 0 {
-		o.MaxGrowth = 64
+		o.MaxGrowth = d.MaxGrowth
 	}
 }
 
+// validate checks the options of the demo itself; those it hands to the
+// workers are checked by config.Validate, as any worker's are, and named
+// by their flags (flagOf).
 func (o Options) validate() error {
 	switch {
 	case o.N < 1 || o.N > 10_000_000:
 		return fmt.Errorf("-n %d: want 1 to 10000000 events", o.N)
 	case !(o.Dup >= 0 && o.Dup < 1), !(o.Bad >= 0 && o.Bad < 1), o.Dup+o.Bad >= 1:
 		return fmt.Errorf("-dup %g, -bad %g: want shares from 0 to below 1, together below 1", o.Dup, o.Bad)
-	case o.Window < time.Second || o.Window%time.Second != 0 || o.Window > 744*time.Hour:
-		return fmt.Errorf("-window %v: want whole seconds from 1s to 744h", o.Window)
-	case !(o.MaxGrowth >= 1 && o.MaxGrowth <= 16384):
-		return fmt.Errorf("-max-growth %g: want 1 to 16384", o.MaxGrowth)
 	case o.Behind < 0 || o.Behind > 744*time.Hour:
 		return fmt.Errorf("-behind %v: want 0 to 744h", o.Behind)
-	case o.MaxLag < time.Second || o.MaxLag%time.Second != 0 || o.MaxLag > 744*time.Hour:
-		return fmt.Errorf("-max-lag %v: want whole seconds from 1s to 744h", o.MaxLag)
-	case !(o.P >= 1e-12 && o.P < 1):
-		return fmt.Errorf("-p %g: want at least 1e-12 and below 1", o.P)
-	case o.Expected < 1 || o.Expected > 1e12:
-		return fmt.Errorf("-expected %d: want 1 to 1e12", o.Expected)
 	}
-	return nil
+	err := workerConfig(o, []string{"127.0.0.1:9092"}, "127.0.0.1:6379", ":0").Validate()
+	if ve := (*config.VarError)(nil); errors.As(err, &ve) && flagOf[ve.Var] != "" {
+		return fmt.Errorf("%s: %s", flagOf[ve.Var], ve.Msg)
+	}
+	return err
 }
+
+// flagOf names the demo flag that sets each worker variable.
+var flagOf = map[string]string{"WINDOW": "-window", "MAX_LAG": "-max-lag", "FALSE_POSITIVE_RATE": "-p",
+	"EXPECTED_PER_WINDOW": "-expected", "MAX_GROWTH": "-max-growth"}
 
 // partitionsFor is the input's partition count: 8, or more so that no
 // partition holds more events than the decision records the verifier
@@ -145,7 +153,7 @@ type Result struct {
 	// ones match the output.
 	RecordedFirst, RecordedDup int
 	RecordsAgree               bool
-	Check                      clicktest.Report
+	Check                      clickstream.Report
 
 	// FilterKeyBytes is MEMORY USAGE summed over the filter keys of the
 	// buckets the run's IDs fell in (FilterKeys of them).
@@ -178,14 +186,14 @@ func (r *Result) EventsPerSecond() float64 { return float64(r.Events) / r.Elapse
 // workerConfig is one replica's configuration, as DEDUPE_* variables would
 // give it.
 func workerConfig(o Options, brokers []string, redisAddr, httpAddr string) config.Config {
-	return config.Config{
-		Pipeline: "demo", KafkaBrokers: brokers, InputTopic: InputTopic, OutputTopic: OutputTopic, DLQTopic: DLQTopic,
-		GroupID: Group, RedisAddrs: []string{redisAddr}, IDField: "click_id", TimeField: "ts",
-		Window: o.Window, WindowMode: "rolling", MaxLag: o.MaxLag, LatePolicy: config.LateForward, StartOffset: "earliest", MaxGrowth: o.MaxGrowth,
-		ExpectedPerWindow: o.Expected, FalsePositiveRate: o.P, Shards: 1, BatchSize: 1000, BatchLinger: 100 * time.Millisecond,
-		HTTPAddr: httpAddr, LogLevel: "warn", RedisTimeout: 5 * time.Second, KafkaTimeout: 10 * time.Second,
-		KafkaSessionTimeout: 3 * time.Second, ShutdownTimeout: 10 * time.Second,
-	}
+	c := config.Defaults()
+	c.Pipeline, c.KafkaBrokers, c.InputTopic, c.OutputTopic, c.DLQTopic = "demo", brokers, InputTopic, OutputTopic, DLQTopic
+	c.GroupID, c.RedisAddrs, c.IDField, c.TimeField = Group, []string{redisAddr}, "click_id", "ts"
+	c.Window, c.MaxLag, c.MaxGrowth, c.ExpectedPerWindow, c.FalsePositiveRate = o.Window, o.MaxLag, o.MaxGrowth, o.Expected, o.P
+	c.HTTPAddr, c.LogLevel = httpAddr, "warn"
+	// A replica stopped by the demo hands its partitions over sooner.
+	c.KafkaSessionTimeout, c.ShutdownTimeout = 3*time.Second, 10*time.Second
+	return c
 }
 
 func freeAddr() (string, error) {
@@ -355,10 +363,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	start := time.Now()
 	tr := newTruth(o.N)
 	ends := map[int32]int64{}
-	stream := clicktest.NewStream(o.Dup, o.Bad, o.Seed, func() time.Time { return time.Now().Add(-o.Behind) })
+	stream := clickstream.NewStream(o.Dup, o.Bad, o.Seed, func() time.Time { return time.Now().Add(-o.Behind) })
 	for sent := 0; sent < o.N; {
 		k := min(5000, o.N-sent)
-		evs := make([]clicktest.Event, k)
+		evs := make([]clickstream.Event, k)
 		recs := make([]*kgo.Record, k)
 		for j := range evs {
 			evs[j] = stream.Next()
@@ -406,18 +414,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	kctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	out, err := clicktest.ReadToEnd(kctx, brokers, OutputTopic)
+	out, err := clickstream.ReadToEnd(kctx, brokers, OutputTopic)
 	if err != nil {
 		return res, err
 	}
-	dead, err := clicktest.ReadToEnd(kctx, brokers, DLQTopic)
+	dead, err := clickstream.ReadToEnd(kctx, brokers, DLQTopic)
 	if err != nil {
 		return res, err
 	}
 
 	// The verdict.
 	res.Events, res.Valid, res.Distinct, res.Malformed = tr.Total, tr.valid, len(tr.ids), tr.Truth.Malformed
-	res.Check = clicktest.Check(tr.Truth, out, dead)
+	res.Check = clickstream.Check(tr.Truth, out, dead)
 	res.OutRecords, res.Replays = res.Check.OutRecords, res.Check.Replays
 	res.ForwardedSources = res.OutRecords - res.Replays
 	res.Dropped = res.Valid - res.ForwardedSources
@@ -488,7 +496,7 @@ func waitCommitted(ctx context.Context, cl *kgo.Client, partitions int32, ends m
 			return err
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		got, err := clicktest.Committed(cctx, cl, Group, InputTopic, partitions)
+		got, err := clickstream.Committed(cctx, cl, Group, InputTopic, partitions)
 		cancel()
 		if err == nil {
 			var sum int64

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"dedupe-worker/internal/bloom"
-	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/clickstream"
 )
 
 func runDemo(t *testing.T, o Options) *Result {
@@ -43,7 +43,7 @@ func runDemo(t *testing.T, o Options) *Result {
 func checkAgainstTruth(t *testing.T, res *Result) {
 	t.Helper()
 	o := res.Options
-	ids, distinct := streamIDs(o.N, o.Dup, o.Bad, o.Seed)
+	ids, distinct := clickstream.StreamIDs(o.N, o.Dup, o.Bad, o.Seed)
 	valid, malformed := len(ids), o.N-len(ids)
 	if res.Events != o.N || res.Valid != valid || res.Distinct != distinct || res.Malformed != malformed {
 		t.Errorf("events %d, valid %d, distinct %d, malformed %d; the generator made %d, %d, %d, %d",
@@ -158,7 +158,7 @@ func TestDemoBadFlags(t *testing.T) {
 // is a false positive only if every copy was decided a duplicate.
 func TestClassify(t *testing.T) {
 	tr := newTruth(0)
-	ev := func(id string) clicktest.Event { return clicktest.Event{ID: id, Time: time.Now()} }
+	ev := func(id string) clickstream.Event { return clickstream.Event{ID: id, Time: time.Now()} }
 	// Partition 0: a@0 (forwarded), b@1, a@2, c@3; partition 1: b@0, d@1, e@5.
 	tr.add(ev("a"), 0, 0)
 	tr.add(ev("b"), 0, 1)
@@ -167,7 +167,7 @@ func TestClassify(t *testing.T) {
 	tr.add(ev("b"), 1, 0)
 	tr.add(ev("d"), 1, 1)
 	tr.add(ev("e"), 1, 5)
-	out := []*kgo.Record{{Headers: []kgo.RecordHeader{{Key: clicktest.IDHeader, Value: []byte("a")}, {Key: clicktest.SourceHeader, Value: []byte("clicks/0/0")}}}}
+	out := []*kgo.Record{{Headers: []kgo.RecordHeader{{Key: clickstream.IDHeader, Value: []byte("a")}, {Key: clickstream.SourceHeader, Value: []byte("clicks/0/0")}}}}
 	// What the decision records say of each input, in order: a forwarded;
 	// b dropped, a dropped, c forwarded (never produced: lost); b dropped;
 	// d and e never decided.

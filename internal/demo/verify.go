@@ -7,7 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"dedupe-worker/internal/bloom"
-	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/clickstream"
 )
 
 // input is one produced event as the ground truth knows it.
@@ -19,7 +19,7 @@ type input struct {
 
 // truth is what the demo produced.
 type truth struct {
-	clicktest.Truth
+	clickstream.Truth
 	ids     []string // distinct valid IDs, in order of first appearance
 	idIndex map[string]int32
 	idTime  []int64 // event time (Unix ms) of each ID; its copies carry it too
@@ -28,11 +28,11 @@ type truth struct {
 }
 
 func newTruth(n int) *truth {
-	return &truth{Truth: clicktest.Truth{Valid: map[string]bool{}}, idIndex: map[string]int32{}, inputs: make([]input, 0, n)}
+	return &truth{Truth: clickstream.Truth{Valid: map[string]bool{}}, idIndex: map[string]int32{}, inputs: make([]input, 0, n)}
 }
 
 // add records e, produced at partition p and offset off.
-func (t *truth) add(e clicktest.Event, p int32, off int64) {
+func (t *truth) add(e clickstream.Event, p int32, off int64) {
 	t.Add(e)
 	in := input{partition: p, offset: off, id: -1}
 	if e.ID != "" {
@@ -81,7 +81,7 @@ func classify(tr *truth, out []*kgo.Record, decided []bloom.Recorded) fates {
 	var f fates
 	forwarded := make([]bool, len(tr.ids))
 	for _, r := range out {
-		if i, ok := tr.idIndex[clicktest.Header(r, clicktest.IDHeader)]; ok && !forwarded[i] {
+		if i, ok := tr.idIndex[clickstream.Header(r, clickstream.IDHeader)]; ok && !forwarded[i] {
 			forwarded[i] = true
 			f.forwardedIDs++
 		}
@@ -134,12 +134,12 @@ func deadReasons(dead []*kgo.Record) map[string]int {
 	seen := map[string]bool{}
 	out := map[string]int{}
 	for _, r := range dead {
-		src := clicktest.Header(r, clicktest.SourceHeader)
+		src := clickstream.Header(r, clickstream.SourceHeader)
 		if seen[src] {
 			continue
 		}
 		seen[src] = true
-		out[clicktest.Header(r, clicktest.ReasonHeader)]++
+		out[clickstream.Header(r, clickstream.ReasonHeader)]++
 	}
 	return out
 }

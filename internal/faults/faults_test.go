@@ -28,7 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/syncbuf"
 	"dedupe-worker/internal/testenv"
@@ -91,8 +91,8 @@ type rig struct {
 	redisAddrs []string
 	extraEnv   []string
 	// mutate, if set, changes the generated input before it is produced.
-	mutate  func(recs []*kgo.Record, tr *clicktest.Truth) []*kgo.Record
-	truth   clicktest.Truth
+	mutate  func(recs []*kgo.Record, tr *clickstream.Truth) []*kgo.Record
+	truth   clickstream.Truth
 	pending []*kgo.Record // input not produced yet
 	all     []*kgo.Record // the whole input
 	mu      sync.Mutex
@@ -331,10 +331,10 @@ func (r *rig) recoveredAfter(feed func(), limit time.Duration) time.Duration {
 		r.t.Logf("%d input records produced and not committed", n)
 	}
 	out, dead := r.k.Read(outTopic), r.k.Read(dlqTopic)
-	r.t.Logf("output %d distinct sources of %d valid IDs, DLQ %d of %d", clicktest.DistinctSources(out), len(r.truth.Valid), clicktest.DistinctSources(dead), r.truth.Malformed)
+	r.t.Logf("output %d distinct sources of %d valid IDs, DLQ %d of %d", clickstream.DistinctSources(out), len(r.truth.Valid), clickstream.DistinctSources(dead), r.truth.Malformed)
 	got := map[string]bool{}
 	for _, rec := range out {
-		got[clicktest.Header(rec, clicktest.IDHeader)] = true
+		got[clickstream.Header(rec, clickstream.IDHeader)] = true
 	}
 	shown := 0
 	for k, rec := range r.all {
@@ -365,11 +365,11 @@ func (r *rig) recoveredAfter(feed func(), limit time.Duration) time.Duration {
 func (r *rig) uncommitted() (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ends, err := clicktest.EndOffsets(ctx, r.admin, inTopic)
+	ends, err := clickstream.EndOffsets(ctx, r.admin, inTopic)
 	if err != nil {
 		return 0, err
 	}
-	committed, err := clicktest.Committed(ctx, r.admin, group, inTopic, int32(len(ends)))
+	committed, err := clickstream.Committed(ctx, r.admin, group, inTopic, int32(len(ends)))
 	if err != nil {
 		return 0, err
 	}
@@ -401,7 +401,7 @@ func (r *rig) usedUp() bool {
 // a snapshot cut off by a time limit once read part of a loaded topic and
 // took finished work for a stall.
 func (r *rig) exhausted() bool {
-	return clicktest.DistinctSources(r.k.Read(outTopic)) >= len(r.truth.Valid) && clicktest.DistinctSources(r.k.Read(dlqTopic)) >= r.truth.Malformed
+	return clickstream.DistinctSources(r.k.Read(outTopic)) >= len(r.truth.Valid) && clickstream.DistinctSources(r.k.Read(dlqTopic)) >= r.truth.Malformed
 }
 
 // waitDecided waits until the workers have decided the whole input, or
@@ -428,7 +428,7 @@ const everything = -1
 // or just before each lasts, so that the workers have input left when it
 // ends and their recovery can be measured.
 func run(t *testing.T, name string, r *rig, replicas, upfront int, fault func(r *rig) (faults int, recovery time.Duration)) {
-	recs, tr := clicktest.Generate(events, 0.07, 0.01, uint64(len(name)))
+	recs, tr := clickstream.Generate(events, 0.07, 0.01, uint64(len(name)))
 	if r.mutate != nil {
 		recs = r.mutate(recs, &tr)
 	}
@@ -455,7 +455,7 @@ func run(t *testing.T, name string, r *rig, replicas, upfront int, fault func(r 
 		peak = max(peak, r.peakRSS(i))
 		r.stop(i)
 	}
-	rep := clicktest.Check(tr, r.k.Read(outTopic), r.k.Read(dlqTopic))
+	rep := clickstream.Check(tr, r.k.Read(outTopic), r.k.Read(dlqTopic))
 	addRow("%-22s %8d %8d %6d %10d %8d %10d %9d %10s %8d %v (run %v)", name, tr.Total, rep.Distinct, rep.Lost, rep.DuplicatesPass,
 		rep.Replays, rep.DeadMissing, faults, fmt.Sprintf("%d/%d", len(r.recoveries), r.tries), peak>>20, recovery.Round(time.Millisecond),
 		time.Since(start).Round(time.Second))
@@ -507,7 +507,9 @@ func (r *rig) peakRSS(i int) int64 {
 // the end), and peak memory stays under maxRSS.
 func TestHostileInput(t *testing.T) {
 	r := newRig(t)
-	r.mutate = func(recs []*kgo.Record, tr *clicktest.Truth) []*kgo.Record { return clicktest.Hostile(recs, tr, 11) }
+	r.mutate = func(recs []*kgo.Record, tr *clickstream.Truth) []*kgo.Record {
+		return clickstream.Hostile(recs, tr, 11)
+	}
 	run(t, "hostile input", r, 2, everything, func(r *rig) (int, time.Duration) {
 		// No fault: the time until the replicas, just started, read.
 		return 0, r.recovered(30 * time.Second)

@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/clickstream"
 )
 
 // Topics names the topics a broker starts with and their partition counts.
@@ -69,7 +69,7 @@ func (k *Kafka) Produce(topic string, recs ...*kgo.Record) {
 	k.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := clicktest.Produce(ctx, k.Addrs(), topic, recs, k.clientOpts...); err != nil {
+	if err := clickstream.Produce(ctx, k.Addrs(), topic, recs, k.clientOpts...); err != nil {
 		k.t.Fatalf("producing %d records to %s: %v", len(recs), topic, err)
 	}
 }
@@ -80,7 +80,7 @@ func (k *Kafka) Read(topic string) []*kgo.Record {
 	k.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	recs, err := clicktest.ReadToEnd(ctx, k.Addrs(), topic, k.clientOpts...)
+	recs, err := clickstream.ReadToEnd(ctx, k.Addrs(), topic, k.clientOpts...)
 	if err != nil {
 		k.t.Fatal(err)
 	}

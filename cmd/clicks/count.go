@@ -1,4 +1,4 @@
-package demo
+package main
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/clickstream"
 )
 
 // Totals are a downstream counter's running totals.
@@ -88,7 +88,7 @@ type counter struct {
 
 func (c *counter) add(r *kgo.Record) {
 	c.t.Records++
-	if id := clicktest.Header(r, clicktest.IDHeader); id != "" {
+	if id := clickstream.Header(r, clickstream.IDHeader); id != "" {
 		if c.ids == nil {
 			c.ids = map[string]struct{}{}
 		}
@@ -99,7 +99,7 @@ func (c *counter) add(r *kgo.Record) {
 	}
 	src, has := "", false
 	for _, h := range r.Headers {
-		if h.Key == clicktest.SourceHeader {
+		if h.Key == clickstream.SourceHeader {
 			src, has = string(h.Value), true
 			break
 		}
@@ -192,16 +192,16 @@ func RunCount(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "dedupe-worker count: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "clicks count: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	var err error
 	if o.Brokers, o.Topic, err = kafkaEnv("DEDUPE_OUTPUT_TOPIC"); err != nil {
-		fmt.Fprintln(stderr, "dedupe-worker count:", err)
+		fmt.Fprintln(stderr, "clicks count:", err)
 		return 2
 	}
 	if _, err := Count(ctx, o); err != nil {
-		fmt.Fprintln(stderr, "dedupe-worker count:", err)
+		fmt.Fprintln(stderr, "clicks count:", err)
 		return 1
 	}
 	return 0

@@ -1,4 +1,4 @@
-package clicktest
+package clickstream
 
 import (
 	"bytes"

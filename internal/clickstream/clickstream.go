@@ -1,13 +1,14 @@
-// Package clicktest makes click-event streams with known duplicates and
+// Package clickstream makes click-event streams with known duplicates and
 // malformed records, and checks what a pipeline made of them: the ground
 // truth for end-to-end and fault-injection tests.
-package clicktest
+package clickstream
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -319,6 +320,22 @@ type Stream struct {
 
 // Recent is how many past valid events a Stream draws its repeats from.
 const Recent = 100_000
+
+// StreamIDs are the click IDs of the first n events of a stream, with
+// repeats, sorted, and how many are distinct.
+func StreamIDs(n int, dup, bad float64, seed uint64) ([]string, int) {
+	s := NewStream(dup, bad, seed, nil)
+	var ids []string
+	distinct := map[string]bool{}
+	for range n {
+		if e := s.Next(); e.ID != "" {
+			ids = append(ids, e.ID)
+			distinct[e.ID] = true
+		}
+	}
+	slices.Sort(ids)
+	return ids, len(distinct)
+}
 
 // NewStream returns a stream with the given shares of duplicates and
 // malformed events; now is the clock (time.Now if nil).

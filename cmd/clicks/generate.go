@@ -1,4 +1,4 @@
-package demo
+package main
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/clickstream"
+	"dedupe-worker/internal/retry"
 )
 
 // kafkaEnv reads the broker list and one topic variable, the only
@@ -40,6 +41,9 @@ func retryBackoff(tries int) time.Duration {
 	return min(100*time.Millisecond<<min(tries, 4), time.Second)
 }
 
+// produceBackoff spaces the tries of a produce that failed.
+var produceBackoff = retry.Backoff{First: 500 * time.Millisecond, Max: 5 * time.Second}
+
 // GenerateOptions configure Generate.
 type GenerateOptions struct {
 	Brokers []string
@@ -59,7 +63,7 @@ type GenerateStats struct {
 	Events, Repeats, Malformed int
 }
 
-// Generate produces click events (clicktest.Stream) to the topic at the
+// Generate produces click events (clickstream.Stream) to the topic at the
 // rate asked, until N are acknowledged or ctx ends. A produce that fails
 // (Kafka not up yet, the topic not created yet) is logged and tried again
 // with backoff; events a failed produce did write are written again, so a
@@ -83,7 +87,7 @@ func Generate(ctx context.Context, o GenerateOptions) (GenerateStats, error) {
 		return st, err
 	}
 	defer cl.Close()
-	s := clicktest.NewStream(o.Dup, o.Bad, o.Seed, nil)
+	s := clickstream.NewStream(o.Dup, o.Bad, o.Seed, nil)
 	start, lastLog, lastWarn := time.Now(), time.Now(), time.Time{}
 	logged := 0
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -107,35 +111,27 @@ func Generate(ctx context.Context, o GenerateOptions) (GenerateStats, error) {
 		if o.N > 0 {
 			k = min(k, o.N-st.Events)
 		}
-		evs := make([]clicktest.Event, k)
+		evs := make([]clickstream.Event, k)
 		for i := range evs {
 			evs[i] = s.Next()
 		}
-		backoff := 500 * time.Millisecond
-		for {
+		err := retry.Do(ctx, produceBackoff, func(ctx context.Context) error {
 			recs := make([]*kgo.Record, k)
 			for i, e := range evs {
 				recs[i] = &kgo.Record{Key: e.Key, Value: e.Value}
 			}
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := cl.ProduceSync(pctx, recs...).FirstErr()
-			cancel()
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return st, nil
-			}
+			defer cancel()
+			return cl.ProduceSync(pctx, recs...).FirstErr()
+		}, func(err error, _ time.Duration) error {
 			if time.Since(lastWarn) >= 5*time.Second {
 				fmt.Fprintf(o.Log, "generate: cannot produce to %s on %s yet, retrying: %v\n", o.Topic, strings.Join(o.Brokers, ","), why(ctx, cl, err))
 				lastWarn = time.Now()
 			}
-			select {
-			case <-ctx.Done():
-				return st, nil
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 5*time.Second)
+			return nil
+		})
+		if err != nil { // only when ctx ended
+			return st, nil
 		}
 		for _, e := range evs {
 			st.Events++
@@ -170,21 +166,21 @@ func RunGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	switch {
 	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "dedupe-worker generate: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "clicks generate: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	case o.N < 0:
-		fmt.Fprintf(stderr, "dedupe-worker generate: -n %d: want 0 or more\n", o.N)
+		fmt.Fprintf(stderr, "clicks generate: -n %d: want 0 or more\n", o.N)
 		return 2
 	case !(o.Rate > 0):
-		fmt.Fprintf(stderr, "dedupe-worker generate: -rate %g: want above 0\n", o.Rate)
+		fmt.Fprintf(stderr, "clicks generate: -rate %g: want above 0\n", o.Rate)
 		return 2
 	case !(o.Dup >= 0 && o.Bad >= 0 && o.Dup+o.Bad < 1):
-		fmt.Fprintf(stderr, "dedupe-worker generate: -dup %g, -bad %g: want shares from 0, together below 1\n", o.Dup, o.Bad)
+		fmt.Fprintf(stderr, "clicks generate: -dup %g, -bad %g: want shares from 0, together below 1\n", o.Dup, o.Bad)
 		return 2
 	}
 	var err error
 	if o.Brokers, o.Topic, err = kafkaEnv("DEDUPE_INPUT_TOPIC"); err != nil {
-		fmt.Fprintln(stderr, "dedupe-worker generate:", err)
+		fmt.Fprintln(stderr, "clicks generate:", err)
 		return 2
 	}
 	if o.Seed == 0 {
@@ -192,7 +188,7 @@ func RunGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	st, err := Generate(ctx, o)
 	if err != nil {
-		fmt.Fprintln(stderr, "dedupe-worker generate:", err)
+		fmt.Fprintln(stderr, "clicks generate:", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "generate: produced %d events to %s (%d repeats, %d malformed)\n", st.Events, o.Topic, st.Repeats, st.Malformed)

@@ -1,4 +1,4 @@
-package demo
+package main
 
 import (
 	"bytes"
@@ -16,29 +16,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"dedupe-worker/internal/app"
-	"dedupe-worker/internal/clicktest"
+	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/syncbuf"
 	"dedupe-worker/internal/testenv"
 )
 
 var clickID = regexp.MustCompile(`"click_id":"(click-[0-9a-f]+-[0-9]+)"`)
-
-// streamIDs are the click IDs of the first n events of a stream, with
-// repeats, sorted, and how many are distinct.
-func streamIDs(n int, dup, bad float64, seed uint64) ([]string, int) {
-	s := clicktest.NewStream(dup, bad, seed, nil)
-	var ids []string
-	distinct := map[string]bool{}
-	for range n {
-		if e := s.Next(); e.ID != "" {
-			ids = append(ids, e.ID)
-			distinct[e.ID] = true
-		}
-	}
-	slices.Sort(ids)
-	return ids, len(distinct)
-}
 
 // generate started before Kafka is up keeps trying, then produces exactly
 // the stream its flags ask for.
@@ -73,7 +57,7 @@ func TestGenerateWaitsForKafka(t *testing.T) {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
 	}
 	t.Logf("done %v after start; stdout %q; stderr %q", time.Since(start).Round(time.Millisecond), stdout.String(), stderr.String())
-	recs, err := clicktest.ReadToEnd(ctx, []string{addr}, "in")
+	recs, err := clickstream.ReadToEnd(ctx, []string{addr}, "in")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +71,7 @@ func TestGenerateWaitsForKafka(t *testing.T) {
 		}
 	}
 	slices.Sort(got)
-	want, _ := streamIDs(400, 0.1, 0.05, 5)
+	want, _ := clickstream.StreamIDs(400, 0.1, 0.05, 5)
 	if !slices.Equal(got, want) {
 		t.Fatalf("%d valid events produced, the stream has %d (or they differ)", len(got), len(want))
 	}
@@ -102,8 +86,8 @@ func TestGenerateCount(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"in": 4, "out": 4, "dlq": 1})
 	brokers := k.Addrs()
 	srv := testenv.Redis(t)
-	cfg := workerConfig(Options{Window: 10 * time.Minute, Expected: 100_000, P: 1e-9, MaxLag: time.Hour, MaxGrowth: 64}, brokers, srv.Addr, redisproc.FreeAddr())
-	cfg.InputTopic, cfg.OutputTopic, cfg.DLQTopic = "in", "out", "dlq"
+	cfg := testenv.Config("clicks", brokers, srv.Addr)
+	cfg.IDField, cfg.TimeField, cfg.FalsePositiveRate = "click_id", "ts", 1e-9
 	worker := testenv.StartReplica(t, cfg, app.Run, nil)
 	defer func() {
 		if err := worker.Stop(); err != nil {
@@ -120,7 +104,7 @@ func TestGenerateCount(t *testing.T) {
 	if code := RunGenerate(ctx, []string{"-n", "3000", "-rate", "20000", "-seed", "11"}, &gout, &gerr); code != 0 {
 		t.Fatalf("generate: exit %d: %s", code, gerr.String())
 	}
-	_, distinct := streamIDs(3000, 0.07, 0.01, 11)
+	_, distinct := clickstream.StreamIDs(3000, 0.07, 0.01, 11)
 
 	cctx, stopCount := context.WithCancel(ctx)
 	defer stopCount()
@@ -169,9 +153,9 @@ func TestCountReplays(t *testing.T) {
 	rec := func(src, id string) *kgo.Record {
 		r := &kgo.Record{Value: []byte("{}")}
 		if src != "" {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: clicktest.SourceHeader, Value: []byte(src)})
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: clickstream.SourceHeader, Value: []byte(src)})
 		}
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: clicktest.IDHeader, Value: []byte(id)})
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: clickstream.IDHeader, Value: []byte(id)})
 		return r
 	}
 	var recs []*kgo.Record
