@@ -11,7 +11,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"os/exec"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -243,8 +242,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
+	if _, err := redisproc.ServerProgram(); errors.Is(err, redisproc.ErrNotInstalled) {
 		return nil, ErrNoRedis
+	} else if err != nil {
+		return nil, err
 	}
 	plan, err := bloom.NewPlan(o.Expected, o.P, bloom.PlanOptions{MinShards: 1, MaxGrowth: o.MaxGrowth})
 	if err != nil {

@@ -22,11 +22,44 @@ import (
 // ErrNotInstalled is returned when redis-server or redis-cli is not on PATH.
 var ErrNotInstalled = errors.New("redis-server not found on PATH: install the Debian package redis-server (apt-get install redis-server)")
 
+// ServerVar and CLIVar name other programs to start in place of
+// redis-server and redis-cli on PATH: a server of another version or
+// another make (scripts/fetch-servers writes them for Redis 8.0 and
+// Valkey 8.1), so that every Redis-backed test runs against it.
+const (
+	ServerVar = "DEDUPE_TEST_REDIS_SERVER"
+	CLIVar    = "DEDUPE_TEST_REDIS_CLI"
+)
+
+// program is the program of variable v, or def on PATH.
+func program(v, def string) (string, error) {
+	p := os.Getenv(v)
+	if p == "" {
+		p = def
+	}
+	path, err := exec.LookPath(p)
+	if err != nil {
+		if os.Getenv(v) != "" {
+			return "", fmt.Errorf("%s=%s: %w", v, p, err)
+		}
+		return "", ErrNotInstalled
+	}
+	return path, nil
+}
+
+// ServerProgram is the redis-server started: ServerVar's, or redis-server
+// on PATH.
+func ServerProgram() (string, error) { return program(ServerVar, "redis-server") }
+
+// CLIProgram is the redis-cli run: CLIVar's, or redis-cli on PATH.
+func CLIProgram() (string, error) { return program(CLIVar, "redis-cli") }
+
 // Server is one redis-server process.
 type Server struct {
 	// Addr is where clients connect: the TLS port with Options.TLS.
 	Addr string
 	Dir  string
+	prog string // the redis-server program, ServerProgram
 	args []string
 	opts Options
 	cmd  *exec.Cmd
@@ -46,8 +79,9 @@ func Start(ctx context.Context, dir string, args ...string) (*Server, error) {
 // StartWith is Start for a server that makes clients log in, or speaks
 // TLS only, or both; args are more redis-server arguments.
 func StartWith(ctx context.Context, dir string, o Options, args ...string) (*Server, error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, ErrNotInstalled
+	prog, err := ServerProgram()
+	if err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating redis dir: %w", err)
@@ -58,7 +92,7 @@ func StartWith(ctx context.Context, dir string, o Options, args ...string) (*Ser
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, args: args, opts: o}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, args: args, opts: o, prog: prog}
 		if last = s.start(ctx); last == nil {
 			return s, nil
 		}
@@ -78,7 +112,7 @@ func FreePort() (int, error) {
 
 func (s *Server) start(ctx context.Context) error {
 	_, port, _ := net.SplitHostPort(s.Addr)
-	s.cmd = exec.Command("redis-server", s.argv(port)...)
+	s.cmd = exec.Command(s.prog, s.argv(port)...)
 	s.log = &bytes.Buffer{}
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	s.cmd.SysProcAttr = procAttr()
@@ -97,7 +131,7 @@ func (s *Server) start(ctx context.Context) error {
 		err := c.Ping(pctx).Err()
 		cancel()
 		if err == nil {
-			return nil
+			return s.checkVersion(ctx, c)
 		}
 		select {
 		case <-s.done:
@@ -112,6 +146,54 @@ func (s *Server) start(ctx context.Context) error {
 			return fmt.Errorf("redis-server on %s did not answer within 10s: %w", s.Addr, err)
 		}
 	}
+}
+
+// VersionVar, when set ("valkey 8.1", "redis 8.0"), is the server every
+// start must find: the server matrix sets it with ServerVar, so a test
+// run meant for one server cannot pass on another.
+const VersionVar = "DEDUPE_TEST_REDIS_VERSION"
+
+// checkVersion fails the start when the server is not the one VersionVar
+// names.
+func (s *Server) checkVersion(ctx context.Context, c *redis.Client) error {
+	want := os.Getenv(VersionVar)
+	if want == "" {
+		return nil
+	}
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		s.Kill()
+		return fmt.Errorf("redis-server on %s: INFO server: %w", s.Addr, err)
+	}
+	name, version := ServerVersion(info)
+	wantName, wantVersion, _ := strings.Cut(want, " ")
+	if name != wantName || !strings.HasPrefix(version+".", wantVersion+".") {
+		s.Kill()
+		return fmt.Errorf("%s is %q: the server started is %s %s", VersionVar, want, name, version)
+	}
+	return nil
+}
+
+// ServerVersion reads the make ("redis", "valkey") and version of a server
+// from its INFO server reply. Valkey reports a Redis version too, for
+// clients that check it; its own is valkey_version.
+func ServerVersion(info string) (name, version string) {
+	field := func(k string) string {
+		for _, l := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), k+":"); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	name, version = field("server_name"), field("redis_version")
+	if name == "" {
+		name = "redis"
+	}
+	if v := field(name + "_version"); v != "" {
+		version = v
+	}
+	return name, version
 }
 
 // StartTemp is Start in a new temporary directory, which Stop removes.
@@ -261,8 +343,8 @@ func StartCluster(ctx context.Context, dir string, masters, replicas int, args .
 }
 
 func startCluster(ctx context.Context, dir string, masters, replicas int, o Options, args []string) (*Cluster, error) {
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		return nil, ErrNotInstalled
+	if _, err := CLIProgram(); err != nil {
+		return nil, err
 	}
 	c := &Cluster{replicas: replicas, opts: o}
 	for i := 0; i < masters*(1+replicas); i++ {

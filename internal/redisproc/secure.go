@@ -113,7 +113,11 @@ func cli(ctx context.Context, o Options, args ...string) *exec.Cmd {
 			pre = append(pre, "--cert", o.TLS.ClientCertFile, "--key", o.TLS.ClientKeyFile)
 		}
 	}
-	cmd := exec.CommandContext(ctx, "redis-cli", append(pre, args...)...)
+	prog, err := CLIProgram()
+	if err != nil {
+		prog = "redis-cli" // its run then fails, saying it is not found
+	}
+	cmd := exec.CommandContext(ctx, prog, append(pre, args...)...)
 	if o.User != "" {
 		cmd.Env = append(os.Environ(), fmt.Sprintf("REDISCLI_AUTH=%s", o.Password))
 	}
