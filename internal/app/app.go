@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.uber.org/zap"
 
 	"dedupe-worker/config"
@@ -42,6 +43,10 @@ func NewRedis(cfg config.Config) (redis.UniversalClient, error) {
 		ReadTimeout:           cfg.RedisTimeout,
 		WriteTimeout:          cfg.RedisTimeout,
 		MaxRetries:            2,
+		// Nothing on connect beyond HELLO: no CLIENT SETINFO, no
+		// maintenance notifications, so the README's ACL is the whole list.
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}), nil
 }
 

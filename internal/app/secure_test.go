@@ -175,7 +175,7 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	certs := testcerts.New(t)
 	kafkaPass, redisPass := password(t, "kafka"), password(t, "redis")
 	k := startSecureKafka(t, tlsOf(certs, false), config.SASLPlain, "dedupe", kafkaPass)
-	srv := testenv.RedisWith(t, redisproc.Options{User: "dedupe", Password: redisPass, TLS: redisTLS(certs, "yes")})
+	srv := testenv.RedisWith(t, withWorkerUser(t, redisproc.Options{TLS: redisTLS(certs, "yes")}, redisPass))
 
 	logs, logger := newCapture(t)
 	redis.SetLogger(logs)
@@ -184,7 +184,7 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	cfg := secureConfig(k.Addrs(), []string{srv.Addr})
 	cfg.KafkaTLS, cfg.KafkaTLSCAFile = true, certs.CAFile
 	cfg.KafkaSASLMechanism, cfg.KafkaSASLUsername, cfg.KafkaSASLPassword = config.SASLPlain, "dedupe", config.Secret(kafkaPass)
-	cfg.RedisUsername, cfg.RedisPassword = "dedupe", config.Secret(redisPass)
+	cfg.RedisUsername, cfg.RedisPassword = aclWorker, config.Secret(redisPass)
 	cfg.RedisTLSCAFile, cfg.RedisTLSCertFile, cfg.RedisTLSKeyFile = certs.CAFile, certs.ClientCertFile, certs.ClientKeyFile
 
 	start := time.Now()
@@ -194,13 +194,26 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	if err := r.Stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+	// The worker ran as the README's least-privilege user, within it.
+	admin := testenv.RedisClient(t, srv)
+	noDenials(t, admin)
+	wc, err := NewRedis(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theRulesBite(t, wc, "sec")
+	wc.Close()
+	// The refused probes are in the log now: the runs below start clean.
+	if err := admin.Do(context.Background(), "ACL", "LOG", "RESET").Err(); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("end to end in %v", time.Since(start).Round(time.Millisecond))
 
 	var errs []string
 	wrongKafka := cfg
 	wrongKafka.HTTPAddr = redisproc.FreeAddr()
 	wrongKafka.KafkaSASLPassword = config.Secret(kafkaPass + "x")
-	err := testenv.StartReplica(t, wrongKafka, Run, logger).Fails(10 * time.Second)
+	err = testenv.StartReplica(t, wrongKafka, Run, logger).Fails(10 * time.Second)
 	logger.Error("exiting", zap.Error(err)) // as the binary does
 	t.Logf("wrong Kafka password: %v", err)
 	for _, name := range []string{"DEDUPE_KAFKA_SASL_USERNAME", "DEDUPE_KAFKA_SASL_PASSWORD"} {
@@ -226,7 +239,7 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	logText := logs.String()
 	// The capture holds what it should: the runs, their settings and the
 	// refusals; so finding no password in it means something.
-	for _, want := range []string{`"kafka_sasl_username":"dedupe"`, `"redis_username":"dedupe"`, "SASL", "WRONGPASS", "dedupe_events_in_total"} {
+	for _, want := range []string{`"kafka_sasl_username":"dedupe"`, `"redis_username":"` + aclWorker + `"`, "SASL", "WRONGPASS", "dedupe_events_in_total"} {
 		if !strings.Contains(logText+metrics, want) {
 			t.Errorf("the captured output lacks %q", want)
 		}
@@ -355,11 +368,16 @@ func TestRunRedisClusterACLTLS(t *testing.T) {
 	certs := testcerts.New(t)
 	redisPass := password(t, "redis")
 	k := startSecureKafka(t, nil, "", "", "")
-	c := testenv.ClusterWith(t, 0, redisproc.Options{User: "dedupe", Password: redisPass, TLS: redisTLS(certs, "no")})
+	c := testenv.ClusterWith(t, 0, withWorkerUser(t, redisproc.Options{TLS: redisTLS(certs, "no")}, redisPass))
 	cfg := secureConfig(k.Addrs(), c.Addrs())
 	cfg.Shards = 3
-	cfg.RedisUsername, cfg.RedisPassword, cfg.RedisTLSCAFile = "dedupe", config.Secret(redisPass), certs.CAFile
+	cfg.RedisUsername, cfg.RedisPassword, cfg.RedisTLSCAFile = aclWorker, config.Secret(redisPass), certs.CAFile
 	runToEnd(t, k, cfg)
+	// The worker ran as the README's least-privilege user, within it, on
+	// every master.
+	admin := redis.NewClusterClient(c.ClusterOptions())
+	defer admin.Close()
+	noDenials(t, admin)
 }
 
 // runToEnd runs a worker with cfg through endToEnd and stops it.

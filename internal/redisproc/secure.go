@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -15,6 +16,10 @@ type Options struct {
 	// User and Password, when User is set, add an ACL user with every
 	// permission and turn the default user off: clients must log in.
 	User, Password string
+	// Users are more ACL users, each a rule as the ACL file's "user"
+	// directive takes it, without the word user: "worker on >pw ~k:* +get".
+	// This package's own clients and redis-cli use User.
+	Users []string
 	// TLS, when set, makes the server accept TLS only: --port 0 and a TLS
 	// port, which becomes Addr.
 	TLS *TLS
@@ -68,6 +73,9 @@ func (s *Server) argv(port string) []string {
 		"--logfile", "", "--protected-mode", "no")
 	if o.User != "" {
 		argv = append(argv, "--user", "default", "off", "--user", o.User, "on", ">"+o.Password, "~*", "&*", "+@all")
+	}
+	for _, u := range o.Users {
+		argv = append(append(argv, "--user"), strings.Fields(u)...)
 	}
 	return append(argv, s.args...)
 }
