@@ -3,6 +3,7 @@
 //	dedupe-worker          run a worker configured by DEDUPE_* variables
 //	dedupe-worker plan     print the filter sizing for n, p and a window
 //	dedupe-worker stats    print the live filter statistics from Redis
+//	dedupe-worker explain  say what the filter holds for an ID, or what was decided for an offset
 //
 // The demo (cmd/demo) and the click traffic tools (cmd/clicks) are
 // commands of their own, so that this binary links no test machinery.
@@ -30,11 +31,14 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-const usage = `usage: dedupe-worker [run | plan [flags] | stats]
+const usage = `usage: dedupe-worker [run | plan [flags] | stats | explain [flags]]
   run       consume, deduplicate and forward (the default); configured by DEDUPE_* variables
   plan      print the filter sizing and the memory of the windows live at once;
             flags -n, -p, -window, -mode, -max-lag, -shards default to the DEDUPE_* values
-  stats     print the live filter statistics of the configured pipeline`
+  stats     print the live filter statistics of the configured pipeline
+  explain   read-only: -id ID -time T: the buckets, shard and stages a copy of the ID
+            decided now would test, and whether each holds it; -source topic/partition/offset
+            (with -id when there are several shards): the recorded verdict, or why there is none`
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "run"
@@ -65,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return plan(args, stdout, stderr)
 	case "stats":
 		return stats(ctx, stdout, stderr)
+	case "explain":
+		return explain(ctx, args, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return 0

@@ -1,0 +1,165 @@
+package bloom
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Probe is one filter key a decision about an ID reads: a stage of a
+// bucket's filter in the ID's shard.
+type Probe struct {
+	Bucket int64
+	Start  time.Time // of the bucket's window
+	Stage  int
+	Key    string
+	Exists bool
+	TTL    time.Duration
+	// Holds: every bit of the ID is set in this key. An ID a filter holds
+	// was added to it, or is a false positive of it.
+	Holds bool
+}
+
+// Explanation says what a decision about an ID with an event time would
+// read now, and what it would find.
+type Explanation struct {
+	Bucket   int64 // of the event time
+	Shard    int
+	Deadline time.Time // the end of the bucket plus the lag bound
+	// Late and Future: a decision now would not test the filters at all.
+	Late, Future bool
+	// Probes are the keys a decision now would test, in the order the
+	// script reads them: the previous bucket (rolling windows), the
+	// bucket, the next one (rolling, once the bucket has ended).
+	Probes []Probe
+}
+
+// Seen reports whether a copy of the ID decided now would be taken for a
+// duplicate: some probe holds it.
+func (e Explanation) Seen() bool {
+	for _, p := range e.Probes {
+		if p.Holds {
+			return true
+		}
+	}
+	return false
+}
+
+// ShardOf is the shard of an ID: where its filter bits and the decision
+// records of its sources are.
+func (f *Filter) ShardOf(id []byte) int {
+	var loc location
+	f.locate(id, &loc)
+	return loc.shard
+}
+
+// Explain reads, without writing anything, which buckets, shard and
+// stages a decision about id with event time t would test now, and
+// whether each holds it. It is for tooling (dedupe-worker explain), not
+// the hot path.
+func (f *Filter) Explain(ctx context.Context, id []byte, t time.Time) (Explanation, error) {
+	if len(id) == 0 || t.IsZero() {
+		return Explanation{}, fmt.Errorf("%w: an ID and an event time are needed", ErrInvalidElement)
+	}
+	w := f.cfg.Windows
+	now := f.cfg.Now()
+	var loc location
+	f.locate(id, &loc)
+	e := Explanation{Bucket: w.Bucket(t), Shard: loc.shard, Deadline: w.Deadline(t)}
+	e.Future = e.Bucket > w.Bucket(now.Add(f.cfg.MaxFutureSkew))
+	e.Late = !e.Future && w.Late(t, now)
+	buckets := []int64{e.Bucket}
+	if w.Mode == Rolling {
+		buckets = []int64{e.Bucket - 1, e.Bucket}
+		if e.Bucket < w.Bucket(now) {
+			buckets = append(buckets, e.Bucket+1)
+		}
+	}
+	for _, b := range buckets {
+		for st := range f.plan.Stages {
+			p := Probe{Bucket: b, Start: w.Start(b), Stage: st, Key: f.StageKey(loc.shard, b, st)}
+			if err := f.probe(ctx, &p, &loc); err != nil {
+				return e, err
+			}
+			if !p.Exists && st > 0 {
+				break // later stages are made in order
+			}
+			e.Probes = append(e.Probes, p)
+		}
+	}
+	return e, nil
+}
+
+// probe reads whether p's key exists, its TTL, and the ID's words in it.
+func (f *Filter) probe(ctx context.Context, p *Probe, loc *location) error {
+	cctx, cancel := f.callCtx(ctx)
+	defer cancel()
+	ttl, err := f.client.PTTL(cctx, p.Key).Result()
+	if err != nil {
+		return fmt.Errorf("%w: reading the TTL of %s: %w", ErrRedis, p.Key, err)
+	}
+	p.Exists, p.TTL = ttl != -2, max(ttl, 0)
+	if !p.Exists {
+		return nil
+	}
+	args := make([]any, 0, 3*f.plan.Layout.Words)
+	for j := 0; j < f.plan.Layout.Words; j++ {
+		off := loc.word[j]
+		if p.Stage > 0 {
+			off = stageWord(loc.u[j], f.plan.Stages[p.Stage].ShardBits/WordBits)
+		}
+		args = append(args, "GET", fmt.Sprintf("u%d", WordBits), off)
+	}
+	vals, err := f.client.BitField(cctx, p.Key, args...).Result()
+	if err != nil {
+		return fmt.Errorf("%w: reading %s: %w", ErrRedis, p.Key, err)
+	}
+	p.Holds = len(vals) == f.plan.Layout.Words
+	for j, v := range vals {
+		mask := uint64(loc.hi[j])<<26 | uint64(loc.lo[j])
+		p.Holds = p.Holds && uint64(v)&mask == mask
+	}
+	return nil
+}
+
+// RecordExplanation is what the decision record of a source's partition
+// (in one shard) says of it.
+type RecordExplanation struct {
+	Key    string
+	Exists bool
+	TTL    time.Duration
+	// Watermark is one past the highest offset decided in this shard's
+	// record of the partition; Horizon how far back it reaches.
+	Watermark, Horizon int64
+	Recorded           Recorded
+}
+
+// ExplainSource reads, without writing anything, the decision record of
+// src in shard: the verdict a replay of it would get, or why there is
+// none.
+func (f *Filter) ExplainSource(ctx context.Context, src Source, shard int) (RecordExplanation, error) {
+	if shard < 0 || shard >= f.plan.Shards {
+		return RecordExplanation{}, fmt.Errorf("%w: shard %d of %d", ErrInvalidElement, shard, f.plan.Shards)
+	}
+	r := RecordExplanation{Key: f.RecordKey(shard, src.Topic, src.Partition), Horizon: f.cfg.ReplayHorizon}
+	cctx, cancel := f.callCtx(ctx)
+	defer cancel()
+	rec, err := f.client.Get(cctx, r.Key).Bytes()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return r, fmt.Errorf("%w: reading %s: %w", ErrRedis, r.Key, err)
+	}
+	ttl, err := f.client.PTTL(cctx, r.Key).Result()
+	if err != nil {
+		return r, fmt.Errorf("%w: reading the TTL of %s: %w", ErrRedis, r.Key, err)
+	}
+	r.Exists, r.TTL = len(rec) >= 8, max(ttl, 0)
+	if r.Exists {
+		r.Watermark = int64(binary.BigEndian.Uint64(rec[:8]) >> 1)
+	}
+	r.Recorded = decodeRecorded(rec, src.Offset, f.cfg.ReplayHorizon)
+	return r, nil
+}
