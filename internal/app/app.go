@@ -131,6 +131,8 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := consumer.NewMetrics(reg, cfg.Pipeline)
 	fg := bloom.NewGauges(reg, cfg.Pipeline)
+	var ready func() bool // set once the worker exists
+	RegisterStatus(reg, cfg.Pipeline, cfg.FalsePositiveRate, func() bool { return ready != nil && ready() })
 
 	ex, err := consumer.NewExtractor(cfg.IDField, cfg.TimeField)
 	if err != nil {
@@ -151,6 +153,7 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 		return err
 	}
 
+	ready = w.Ready
 	srv, addr, err := serve(cfg.HTTPAddr, reg, w.Ready, log)
 	if err != nil {
 		return err
@@ -212,6 +215,25 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 // CloseTimeout bounds closing the producers and the HTTP server at the end
 // of the shutdown.
 const CloseTimeout = 3 * time.Second
+
+// RegisterStatus registers the replica's readiness (dedupe_ready, as
+// /readyz says) and the configured false-positive rate
+// (dedupe_false_positive_rate_target), which the alerts compare the
+// filters' estimates with.
+func RegisterStatus(reg prometheus.Registerer, pipeline string, targetFPR float64, ready func() bool) {
+	l := prometheus.Labels{"pipeline": pipeline}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dedupe_false_positive_rate_target",
+		Help: "The configured false-positive rate, DEDUPE_FALSE_POSITIVE_RATE: the most dedupe_filter_false_positive_rate may reach.", ConstLabels: l},
+		func() float64 { return targetFPR }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dedupe_ready",
+		Help: "1 while this replica is ready (/readyz answers 200), 0 otherwise.", ConstLabels: l},
+		func() float64 {
+			if ready() {
+				return 1
+			}
+			return 0
+		}))
+}
 
 // ShutdownBound is the longest Run takes to return once its context is
 // cancelled: DEDUPE_SHUTDOWN_TIMEOUT to finish the batches in hand, then

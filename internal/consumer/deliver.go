@@ -25,10 +25,10 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 			return err
 		}
 	}
-	if err := w.retry(ctx, &w.delivering, "producing", write(w.out, d.out)); err != nil {
+	if err := w.retry(ctx, &w.delivering, StepProduce, write(w.out, d.out)); err != nil {
 		return err
 	}
-	if err := w.retry(ctx, &w.delivering, "dead-lettering", write(w.dlq, d.dead)); err != nil {
+	if err := w.retry(ctx, &w.delivering, StepDeadLetter, write(w.dlq, d.dead)); err != nil {
 		return err
 	}
 	w.m.forwarded.Add(float64(len(d.out)))

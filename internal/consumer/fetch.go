@@ -75,7 +75,7 @@ func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafk
 			// Errors that come without kafka-go's pacing (many in a row)
 			// get a short pause, so this never spins.
 			w.fetching.Store(false)
-			w.m.errors.WithLabelValues("fetching").Inc()
+			w.m.errors.WithLabelValues(StepFetch).Inc()
 			w.kafkaLog.Warn("fetching", zap.Error(err))
 			if errs++; errs > 100 {
 				select {

@@ -3,6 +3,9 @@ package consumer
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/record"
 )
 
 // Metrics are the worker's Prometheus metrics, labelled with the pipeline.
@@ -22,6 +25,15 @@ type Metrics struct {
 	// eventLag is per event: the clock at its decision less its event time.
 	eventLag prometheus.Histogram
 }
+
+// The steps of dedupe_errors_total: the calls the worker retries.
+const (
+	StepFetch      = "fetching"
+	StepStart      = "setting the start offsets"
+	StepDecide     = "test-and-set"
+	StepProduce    = "producing"
+	StepDeadLetter = "dead-lettering"
+)
 
 // EventLagBuckets span a second to a week, dense around the lag bounds
 // operators choose (minutes to hours).
@@ -59,6 +71,18 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	m.eventLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_event_lag_seconds",
 		Help: "Per event, the clock at its decision less its event time (0 for event times ahead of the clock).", ConstLabels: l,
 		Buckets: EventLagBuckets})
+	// Every label value the worker can use exists from the start, at 0, so
+	// that a rate over it is 0 rather than no data, and an alert on it
+	// fires on the first event rather than the second.
+	for v := bloom.FirstSeen; v <= bloom.Future; v++ {
+		m.verdicts.WithLabelValues(v.String())
+	}
+	for r := record.Other; r <= record.Future; r++ {
+		m.deadLettered.WithLabelValues(r.String())
+	}
+	for _, s := range []string{StepFetch, StepStart, StepDecide, StepProduce, StepDeadLetter} {
+		m.errors.WithLabelValues(s)
+	}
 	if reg != nil {
 		reg.MustRegister(m.eventsIn, m.forwarded, m.verdicts, m.deadLettered, m.errors, m.batchSize, m.batchSeconds, m.redisSeconds,
 			m.fetchToProduce, m.lag, m.eventLag)

@@ -206,7 +206,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	kl := w.log.With(zap.String("topic", w.cfg.Topic), zap.String("group", w.cfg.GroupID))
 	gl := Sampled(kl)
 	w.kafkaLog = gl
-	if err := w.retry(ctx, &w.fetching, "setting the start offsets", func(ctx context.Context) error {
+	if err := w.retry(ctx, &w.fetching, StepStart, func(ctx context.Context) error {
 		cl := &kafka.Client{Addr: kafka.TCP(w.cfg.Brokers...), Timeout: w.cfg.KafkaTimeout,
 			Transport: &kafka.Transport{DialTimeout: w.cfg.KafkaTimeout, TLS: w.cfg.TLS, SASL: w.cfg.SASL, ClientID: ClientID(w.cfg.GroupID)}}
 		defer cl.Transport.(*kafka.Transport).CloseIdleConnections()
