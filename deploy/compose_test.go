@@ -1,8 +1,10 @@
 package deploy
 
 import (
-	"encoding/json"
+	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -10,79 +12,94 @@ import (
 	"testing"
 	"time"
 
-	"dedupe-worker/internal/app"
+	"github.com/compose-spec/compose-go/v2/cli"
 
-	"go.yaml.in/yaml/v3"
+	"dedupe-worker/internal/app"
 )
 
-// composeFile is the part of the Compose specification docker-compose.yml
-// uses. Decoding is strict, so a field outside it (or a misspelt one)
-// fails; add a field here when the file needs a new one.
+// composeFile is what the checks below read of docker-compose.yml, as
+// compose-go (the loader of docker compose v2) loads it: the file checked
+// against the Compose schema, anchors and merge keys resolved, variables
+// interpolated, env_file read into environment.
 type composeFile struct {
-	Name     string                    `json:"name"`
-	Services map[string]composeService `json:"services"`
-	Volumes  map[string]*struct{}      `json:"volumes"`
+	Name     string
+	Services map[string]composeService
 }
 
 type composeService struct {
-	Image           string                      `json:"image"`
-	Build           *composeBuild               `json:"build"`
-	Hostname        string                      `json:"hostname"`
-	Command         []string                    `json:"command"`
-	Entrypoint      []string                    `json:"entrypoint"`
-	Environment     map[string]string           `json:"environment"`
-	EnvFile         []string                    `json:"env_file"`
-	Ports           []string                    `json:"ports"`
-	Volumes         []string                    `json:"volumes"`
-	DependsOn       map[string]composeDependsOn `json:"depends_on"`
-	Healthcheck     *composeHealthcheck         `json:"healthcheck"`
-	ReadOnly        bool                        `json:"read_only"`
-	CapDrop         []string                    `json:"cap_drop"`
-	SecurityOpt     []string                    `json:"security_opt"`
-	Restart         string                      `json:"restart"`
-	StopGracePeriod string                      `json:"stop_grace_period"`
+	Image           string
+	Build           *composeBuild
+	Command         []string
+	Entrypoint      []string
+	Environment     map[string]string // env_file, then environment
+	EnvFiles        []string          // relative to the repository
+	Ports           []string          // published:target
+	DependsOn       map[string]composeDependsOn
+	Healthcheck     bool
+	ReadOnly        bool
+	CapDrop         []string
+	StopGracePeriod time.Duration
 }
 
 type composeBuild struct {
-	Context    string `json:"context"`
-	Dockerfile string `json:"dockerfile"`
+	Context    string // relative to the repository
+	Dockerfile string
 	// Target is a stage of the Dockerfile; empty is the last, the worker.
-	Target string `json:"target"`
+	Target string
 }
 
 type composeDependsOn struct {
-	Condition string `json:"condition"`
-}
-
-type composeHealthcheck struct {
-	Test        []string `json:"test"`
-	Interval    string   `json:"interval"`
-	Timeout     string   `json:"timeout"`
-	Retries     int      `json:"retries"`
-	StartPeriod string   `json:"start_period"`
+	Condition string
 }
 
 func loadCompose(t *testing.T) composeFile {
 	t.Helper()
-	// yaml.v3, like Compose, resolves the anchors and merge keys, lets a
-	// key override a merged one and rejects a key set twice.
-	var top map[string]any
-	if err := yaml.Unmarshal(readRepoFile(t, "docker-compose.yml"), &top); err != nil {
-		t.Fatalf("docker-compose.yml: %v", err)
+	wd, err := filepath.Abs(root)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Top-level x-* keys are Compose extensions (the shared anchors).
-	for k := range top {
-		if strings.HasPrefix(k, "x-") {
-			delete(top, k)
-		}
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(wd, "docker-compose.yml")},
+		cli.WithWorkingDirectory(wd), cli.WithInterpolation(true), cli.WithResolvedPaths(true), cli.WithConsistency(true))
+	if err != nil {
+		t.Fatal(err)
 	}
-	rest, err := json.Marshal(top)
+	p, err := opts.LoadProject(context.Background())
 	if err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
-	var c composeFile
-	if err := decodeStrict(rest, &c); err != nil {
-		t.Fatalf("docker-compose.yml: %v", err)
+	rel := func(path string) string {
+		r, err := filepath.Rel(wd, path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return filepath.ToSlash(r)
+	}
+	c := composeFile{Name: p.Name, Services: map[string]composeService{}}
+	for name, s := range p.Services {
+		cs := composeService{Image: s.Image, Command: s.Command, Entrypoint: s.Entrypoint, Environment: map[string]string{},
+			Healthcheck: s.HealthCheck != nil && !s.HealthCheck.Disable, ReadOnly: s.ReadOnly, CapDrop: s.CapDrop,
+			DependsOn: map[string]composeDependsOn{}}
+		if s.Build != nil {
+			cs.Build = &composeBuild{Context: rel(s.Build.Context), Dockerfile: s.Build.Dockerfile, Target: s.Build.Target}
+		}
+		for k, v := range s.Environment {
+			if v != nil {
+				cs.Environment[k] = *v
+			}
+		}
+		for _, f := range s.EnvFiles {
+			cs.EnvFiles = append(cs.EnvFiles, rel(f.Path))
+		}
+		for _, port := range s.Ports {
+			cs.Ports = append(cs.Ports, fmt.Sprintf("%s:%d", port.Published, port.Target))
+		}
+		for dep, d := range s.DependsOn {
+			cs.DependsOn[dep] = composeDependsOn{Condition: d.Condition}
+		}
+		if s.StopGracePeriod != nil {
+			cs.StopGracePeriod = time.Duration(*s.StopGracePeriod)
+		}
+		c.Services[name] = cs
 	}
 	if len(c.Services) == 0 {
 		t.Fatal("docker-compose.yml: no services")
@@ -110,7 +127,7 @@ func TestComposeServices(t *testing.T) {
 	if !slices.Contains(strings.Split(env["KAFKA_ADVERTISED_LISTENERS"], ","), "PLAINTEXT://kafka:9092") {
 		t.Errorf("kafka: KAFKA_ADVERTISED_LISTENERS %q must advertise kafka:9092 to the other containers", env["KAFKA_ADVERTISED_LISTENERS"])
 	}
-	if kafka.Healthcheck == nil {
+	if !kafka.Healthcheck {
 		t.Error("kafka: no healthcheck, so nothing can wait for it")
 	}
 
@@ -124,7 +141,7 @@ func TestComposeServices(t *testing.T) {
 	if !strings.Contains(strings.Join(redis.Command, " "), "--appendonly yes") {
 		t.Errorf("redis: command %q: want --appendonly yes", redis.Command)
 	}
-	if redis.Healthcheck == nil {
+	if !redis.Healthcheck {
 		t.Error("redis: no healthcheck")
 	}
 
@@ -138,7 +155,7 @@ func TestComposeServices(t *testing.T) {
 			switch {
 			case !ok:
 				t.Errorf("%s depends on %s, which is not a service", name, dep)
-			case cond.Condition == "service_healthy" && d.Healthcheck == nil:
+			case cond.Condition == "service_healthy" && !d.Healthcheck:
 				t.Errorf("%s waits for %s to be healthy, which has no healthcheck", name, dep)
 			case cond.Condition != "service_healthy" && cond.Condition != "service_completed_successfully" && cond.Condition != "service_started":
 				t.Errorf("%s: depends_on %s condition %q", name, dep, cond.Condition)
@@ -217,9 +234,8 @@ func TestComposeWorkers(t *testing.T) {
 		}
 		// The shutdown takes up to app.ShutdownBound; the default 10 s
 		// would kill a worker in the middle of it.
-		grace, err := time.ParseDuration(s.StopGracePeriod)
-		if need := app.ShutdownBound(cfg); err != nil || grace < need {
-			t.Errorf("%s: stop_grace_period %q, want at least %v", name, s.StopGracePeriod, need)
+		if need := app.ShutdownBound(cfg); s.StopGracePeriod < need {
+			t.Errorf("%s: stop_grace_period %v, want at least %v", name, s.StopGracePeriod, need)
 		}
 	}
 	if len(workers) != 2 {
@@ -247,36 +263,22 @@ func dependsOn(c composeFile, name, dep string) bool {
 	return walk(name)
 }
 
-// composeEnv is the DEDUPE_* environment of a service: its env_files in
-// order, then environment. Every file must exist and hold only config
-// variables.
+// composeEnv is the DEDUPE_* environment of a service as compose-go
+// gives it (its env_files in order, then environment). It must come from
+// an env_file, and hold only config variables.
 func composeEnv(t *testing.T, name string, s composeService) map[string]string {
 	t.Helper()
-	if len(s.EnvFile) == 0 {
+	if len(s.EnvFiles) == 0 {
 		t.Fatalf("%s: no env_file", name)
 	}
 	env := map[string]string{}
-	for _, f := range s.EnvFile {
-		data, err := os.ReadFile(repoPath(f))
-		if err != nil {
-			t.Fatalf("%s: env_file: %v", name, err)
-		}
-		vars, err := parseEnvFile(data)
-		if err != nil {
-			t.Fatalf("%s: %s: %v", name, f, err)
-		}
-		if len(vars) == 0 {
-			t.Fatalf("%s: %s sets no variable", name, f)
-		}
-		checkKnownKeys(t, f, vars)
-		for k, v := range vars {
-			env[k] = v
-		}
-	}
 	for k, v := range s.Environment {
 		if strings.HasPrefix(k, "DEDUPE_") {
 			env[k] = v
 		}
+	}
+	if len(env) == 0 {
+		t.Fatalf("%s: no DEDUPE_ variable from %v", name, s.EnvFiles)
 	}
 	checkKnownKeys(t, name+" environment", env)
 	return env
