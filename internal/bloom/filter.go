@@ -342,13 +342,7 @@ var ErrServerTooOld = errors.New("redis server too old")
 // version it is compatible with. A server that refuses INFO is let be.
 func (f *Filter) CheckServer(ctx context.Context) error {
 	check := func(ctx context.Context, c *redis.Client) error {
-		cctx, cancel := f.callCtx(ctx)
-		defer cancel()
-		info, err := c.Info(cctx, "server").Result()
-		if err != nil {
-			return nil
-		}
-		if v := infoField(info, "redis_version"); tooOld(v) {
+		if v := f.serverInfo(ctx, c, "server")["redis_version"]; tooOld(v) {
 			return fmt.Errorf("%w: Redis at %s is %s; the filter needs Redis 7.0 or later (EXPIREAT NX and GT)", ErrServerTooOld, c.Options().Addr, v)
 		}
 		return nil
@@ -374,14 +368,19 @@ func tooOld(v string) bool {
 	return err == nil && n < 7
 }
 
-// infoField is the value of field name in an INFO reply, "" if absent.
-func infoField(info, name string) string {
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, name+":"); ok {
-			return v
-		}
+// serverInfo is one section of c's INFO reply, field by field; empty when
+// the server refuses INFO, which the checks then let be.
+func (f *Filter) serverInfo(ctx context.Context, c *redis.Client, section string) map[string]string {
+	cctx, cancel := f.callCtx(ctx)
+	defer cancel()
+	info, err := c.InfoMap(cctx, section).Result()
+	if err != nil {
+		return nil
 	}
-	return ""
+	for _, fields := range info { // the one section asked for
+		return fields
+	}
+	return nil
 }
 
 // ErrGrowthMemory says a window cannot grow to its cap within Redis's
@@ -398,13 +397,7 @@ func (f *Filter) LiveWindows() int { return f.cfg.Windows.Live() }
 func (f *Filter) CheckCapacity(ctx context.Context) error {
 	need := f.plan.Memory * uint64(f.LiveWindows())
 	check := func(ctx context.Context, c *redis.Client) error {
-		cctx, cancel := f.callCtx(ctx)
-		defer cancel()
-		info, err := c.Info(cctx, "memory").Result()
-		if err != nil {
-			return nil
-		}
-		maxmem, _ := strconv.ParseUint(infoField(info, "maxmemory"), 10, 64)
+		maxmem, _ := strconv.ParseUint(f.serverInfo(ctx, c, "memory")["maxmemory"], 10, 64)
 		// On a Cluster each master holds its share of the shards.
 		share := need
 		if f.cluster {

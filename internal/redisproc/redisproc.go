@@ -160,12 +160,12 @@ func (s *Server) checkVersion(ctx context.Context, c *redis.Client) error {
 	if want == "" {
 		return nil
 	}
-	info, err := c.Info(ctx, "server").Result()
+	info, err := c.InfoMap(ctx, "server").Result()
 	if err != nil {
 		s.Kill()
 		return fmt.Errorf("redis-server on %s: INFO server: %w", s.Addr, err)
 	}
-	name, version := ServerVersion(info)
+	name, version := ServerVersion(info["Server"])
 	wantName, wantVersion, _ := strings.Cut(want, " ")
 	if name != wantName || !strings.HasPrefix(version+".", wantVersion+".") {
 		s.Kill()
@@ -175,22 +175,14 @@ func (s *Server) checkVersion(ctx context.Context, c *redis.Client) error {
 }
 
 // ServerVersion reads the make ("redis", "valkey") and version of a server
-// from its INFO server reply. Valkey reports a Redis version too, for
-// clients that check it; its own is valkey_version.
-func ServerVersion(info string) (name, version string) {
-	field := func(k string) string {
-		for _, l := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(l), k+":"); ok {
-				return v
-			}
-		}
-		return ""
-	}
-	name, version = field("server_name"), field("redis_version")
+// from the fields of its INFO server section. Valkey reports a Redis
+// version too, for clients that check it; its own is valkey_version.
+func ServerVersion(server map[string]string) (name, version string) {
+	name, version = server["server_name"], server["redis_version"]
 	if name == "" {
 		name = "redis"
 	}
-	if v := field(name + "_version"); v != "" {
+	if v := server[name+"_version"]; v != "" {
 		version = v
 	}
 	return name, version

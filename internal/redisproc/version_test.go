@@ -19,11 +19,11 @@ func TestServerUnderTest(t *testing.T) {
 	defer s.Stop()
 	c := redis.NewClient(s.ClientOptions())
 	defer c.Close()
-	info, err := c.Info(t.Context(), "server").Result()
+	info, err := c.InfoMap(t.Context(), "server").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	name, version := redisproc.ServerVersion(info)
+	name, version := redisproc.ServerVersion(info["Server"])
 	prog, _ := redisproc.ServerProgram()
 	t.Logf("testing against %s %s (%s)", name, version, prog)
 	if name == "" || version == "" || !strings.Contains(version, ".") {
@@ -32,7 +32,7 @@ func TestServerUnderTest(t *testing.T) {
 	if major, _, _ := strings.Cut(version, "."); len(major) < 2 && major < "7" {
 		t.Errorf("%s %s: the worker needs 7.0 or later", name, version)
 	}
-	// A server that is not the one redisproc.VersionVar names does not start.
+	// A server that is not the one VersionVar names does not start.
 	t.Setenv(redisproc.VersionVar, name+" 6.2")
 	if s2, err := redisproc.StartTemp(t.Context()); err == nil {
 		s2.Stop()
@@ -40,12 +40,15 @@ func TestServerUnderTest(t *testing.T) {
 	} else if !strings.Contains(err.Error(), redisproc.VersionVar) {
 		t.Errorf("error %v does not name %s", err, redisproc.VersionVar)
 	}
-	for in, want := range map[string][2]string{
-		"# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n":                     {"redis", "7.0.15"},
-		"# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.1\r\n": {"valkey", "8.1.1"},
+	for _, tc := range []struct {
+		in   map[string]string
+		want [2]string
+	}{
+		{map[string]string{"redis_version": "7.0.15", "redis_mode": "standalone"}, [2]string{"redis", "7.0.15"}},
+		{map[string]string{"redis_version": "7.2.4", "server_name": "valkey", "valkey_version": "8.1.1"}, [2]string{"valkey", "8.1.1"}},
 	} {
-		if n, v := redisproc.ServerVersion(in); n != want[0] || v != want[1] {
-			t.Errorf("redisproc.ServerVersion(%q) = %s %s, want %s %s", in, n, v, want[0], want[1])
+		if n, v := redisproc.ServerVersion(tc.in); n != tc.want[0] || v != tc.want[1] {
+			t.Errorf("ServerVersion(%v) = %s %s, want %s %s", tc.in, n, v, tc.want[0], tc.want[1])
 		}
 	}
 }
