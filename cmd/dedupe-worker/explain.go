@@ -12,6 +12,7 @@ import (
 	"dedupe-worker/config"
 	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/consumer"
 	"dedupe-worker/internal/record"
 )
 
@@ -36,7 +37,7 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var t time.Time
 	if *at != "" {
 		var err error
-		if t, err = parseTime(*at); err != nil {
+		if t, err = consumer.ParseEventTime(*at); err != nil {
 			return fail(2, "-time %q: %v", *at, err)
 		}
 	}
@@ -138,20 +139,4 @@ func explainSource(ctx context.Context, w io.Writer, f *bloom.Filter, src bloom.
 		fmt.Fprintf(w, "no verdict: offset %d is beyond the replay horizon (the record keeps the last %d offsets); a replay would be forwarded as replay_unknown\n", src.Offset, r.Horizon)
 	}
 	return nil
-}
-
-// parseTime reads RFC 3339, or Unix seconds or milliseconds, as the
-// worker reads event times.
-func parseTime(s string) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
-		return time.Time{}, fmt.Errorf("want RFC 3339, or Unix seconds or milliseconds")
-	}
-	if n >= 1e11 { // milliseconds from 1973 on
-		return time.UnixMilli(n), nil
-	}
-	return time.Unix(n, 0), nil
 }

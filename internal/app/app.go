@@ -131,8 +131,6 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := consumer.NewMetrics(reg, cfg.Pipeline)
 	fg := bloom.NewGauges(reg, cfg.Pipeline)
-	var ready func() bool // set once the worker exists
-	RegisterStatus(reg, cfg.Pipeline, cfg.FalsePositiveRate, func() bool { return ready != nil && ready() })
 
 	ex, err := consumer.NewExtractor(cfg.IDField, cfg.TimeField)
 	if err != nil {
@@ -153,7 +151,7 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 		return err
 	}
 
-	ready = w.Ready
+	RegisterStatus(reg, cfg.Pipeline, cfg.FalsePositiveRate, w.Ready)
 	srv, addr, err := serve(cfg.HTTPAddr, reg, w.Ready, log)
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package bloom
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -156,10 +155,7 @@ func (f *Filter) ExplainSource(ctx context.Context, src Source, shard int) (Reco
 	if err != nil {
 		return r, fmt.Errorf("%w: reading the TTL of %s: %w", ErrRedis, r.Key, err)
 	}
-	r.Exists, r.TTL = len(rec) >= 8, max(ttl, 0)
-	if r.Exists {
-		r.Watermark = int64(binary.BigEndian.Uint64(rec[:8]) >> 1)
-	}
+	r.Exists, r.TTL, r.Watermark = len(rec) >= 8, max(ttl, 0), watermark(rec)
 	r.Recorded = decodeRecorded(rec, src.Offset, f.cfg.ReplayHorizon)
 	return r, nil
 }

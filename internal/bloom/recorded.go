@@ -66,15 +66,21 @@ func (f *Filter) Recorded(ctx context.Context, elems []Element) ([]Recorded, err
 	return out, nil
 }
 
+// watermark is one past the highest offset a record decided: its bits 0
+// to 62; 0 for no record.
+func watermark(rec []byte) int64 {
+	if len(rec) < 8 {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(rec[:8]) >> 1)
+}
+
 // decodeRecorded reads offset off from a record as the script writes it:
 // bits 0 to 62 hold the watermark (highest decided offset + 1), bit
 // 64 + off mod horizon the decision, 1 forward and 0 drop, bits counted
 // from the most significant bit of the first byte as BITFIELD counts.
 func decodeRecorded(rec []byte, off, horizon int64) Recorded {
-	if len(rec) < 8 {
-		return NotDecided
-	}
-	mark := int64(binary.BigEndian.Uint64(rec[:8]) >> 1)
+	mark := watermark(rec)
 	switch {
 	case off >= mark:
 		return NotDecided

@@ -346,20 +346,27 @@ func (e *Extractor) eventTime(m *kafka.Message) (time.Time, error) {
 	case gjson.Number:
 		return unixTime(r.Raw)
 	case gjson.String:
-		if t, err := unixTime(r.Str); err == nil {
-			return t, nil
-		}
-		t, err := time.Parse(time.RFC3339Nano, r.Str)
-		if err != nil {
-			return time.Time{}, ErrBadTime
-		}
-		return t, nil
+		return ParseEventTime(r.Str)
 	case gjson.Null:
 		if !r.Exists() {
 			return time.Time{}, ErrNoTime
 		}
 	}
 	return time.Time{}, ErrBadTime
+}
+
+// ParseEventTime reads an event time written as a string, as the worker
+// reads it: Unix seconds or milliseconds (see unixTime), or RFC 3339.
+// The error is ErrBadTime.
+func ParseEventTime(s string) (time.Time, error) {
+	if t, err := unixTime(s); err == nil {
+		return t, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, ErrBadTime
+	}
+	return t, nil
 }
 
 // unixTime reads whole Unix seconds or milliseconds: values from 1e11 on
