@@ -65,7 +65,7 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 
 	var verdicts []bloom.Verdict
 	if len(elems) > 0 {
-		err := w.retry(ctx, &w.deciding, StepDecide, func(ctx context.Context) error {
+		err := w.retry(ctx, &w.deciding, StepDecide, "", func(ctx context.Context) error {
 			t := time.Now()
 			v, err := w.filter.TestAndSet(ctx, elems)
 			w.m.redisSeconds.Observe(time.Since(t).Seconds())

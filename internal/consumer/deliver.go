@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"time"
@@ -25,10 +26,10 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 			return err
 		}
 	}
-	if err := w.retry(ctx, &w.delivering, StepProduce, write(w.out, d.out)); err != nil {
+	if err := w.retry(ctx, &w.delivering, StepProduce, topicOf(w.out), write(w.out, d.out)); err != nil {
 		return err
 	}
-	if err := w.retry(ctx, &w.delivering, StepDeadLetter, write(w.dlq, d.dead)); err != nil {
+	if err := w.retry(ctx, &w.delivering, StepDeadLetter, topicOf(w.dlq), write(w.dlq, d.dead)); err != nil {
 		return err
 	}
 	w.m.forwarded.Add(float64(len(d.out)))
@@ -42,7 +43,8 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	d.last = highest(batch, d.last[:0])
 	// A failed commit loses nothing: the batch is read again and its
 	// decisions are replayed. After a rebalance the commit is refused, so
-	// it is tried three times only.
+	// it is tried three times only. A refused authorization stops the
+	// worker: it would never commit again.
 	tries := 0
 	err := retry.Do(ctx, commitBackoff, func(ctx context.Context) error {
 		tries++
@@ -50,11 +52,18 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 		defer cancel()
 		return r.CommitMessages(cctx, d.last...)
 	}, func(err error, _ time.Duration) error {
+		w.m.errors.WithLabelValues(StepCommit).Inc()
+		if permanent(err) {
+			return w.stageError(StepCommit, w.cfg.Topic, err)
+		}
 		if tries == 3 {
 			return err
 		}
 		return nil
 	})
+	if se, ok := errors.AsType[*StageError](err); ok {
+		return se
+	}
 	if err != nil {
 		w.log.Warn("committing; the batch will be read again", zap.String("topic", w.cfg.Topic),
 			zap.Int("partition", batch[0].Partition), zap.Int64("offset", batch[0].Offset), zap.Error(err))

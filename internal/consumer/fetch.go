@@ -13,8 +13,11 @@ import (
 // fetch collects up to BatchSize messages or BatchBytes bytes: it waits
 // for the first as long as it takes, then at most BatchLinger for the
 // rest. Cancelling ctx ends the batch early; the messages fetched so far
-// are returned.
-func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafka.Message, []time.Time) {
+// are returned. Errors are retried (the reader backs off), except one that
+// retrying cannot mend (a refused authorization, which kafka-go's reader
+// hands over after its own attempts at joining or fetching): fetch then
+// returns it with nothing fetched, and the batch is abandoned.
+func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafka.Message, []time.Time, error) {
 	batch, fetched := b.batch[:0], b.fetched[:0]
 	// The linger timer cancels lctx; one timer per batch, not a deadline
 	// context per message.
@@ -31,7 +34,11 @@ func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafk
 		m, err := r.FetchMessage(lctx)
 		if err != nil {
 			if lctx.Err() != nil { // ctx cancelled, or the linger is over
-				return batch, fetched
+				return batch, fetched, nil
+			}
+			if permanent(err) {
+				w.fetching.Store(false)
+				return batch[:0], fetched[:0], err
 			}
 			// kafka-go backs off between its own fetch retries and queues
 			// their errors with the messages; waiting here as well drained
@@ -60,7 +67,7 @@ func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafk
 		fetched = append(fetched, now)
 		size += messageBytes(&m)
 	}
-	return batch, fetched
+	return batch, fetched, nil
 }
 
 // buffers hold a batch from its fetch to its commit. They are reused:

@@ -33,6 +33,7 @@ const (
 	StepDecide     = "test-and-set"
 	StepProduce    = "producing"
 	StepDeadLetter = "dead-lettering"
+	StepCommit     = "committing"
 )
 
 // EventLagBuckets span a second to a week, dense around the lag bounds
@@ -55,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_events_dead_lettered_total",
 			Help: "Messages sent to the dead-letter topic, by reason.", ConstLabels: l}, []string{"reason"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_errors_total",
-			Help: "Failed calls that were retried, by step.", ConstLabels: l}, []string{"step"}),
+			Help: "Failed calls, by step: those retried, and the one that stopped the worker.", ConstLabels: l}, []string{"step"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_batch_size",
 			Help: "Messages per batch.", ConstLabels: l, Buckets: prometheus.ExponentialBuckets(1, 2, 15)}),
 		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_batch_seconds",
@@ -80,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	for r := record.Other; r <= record.Future; r++ {
 		m.deadLettered.WithLabelValues(r.String())
 	}
-	for _, s := range []string{StepFetch, StepStart, StepDecide, StepProduce, StepDeadLetter} {
+	for _, s := range []string{StepFetch, StepStart, StepDecide, StepProduce, StepDeadLetter, StepCommit} {
 		m.errors.WithLabelValues(s)
 	}
 	if reg != nil {

@@ -158,7 +158,9 @@ type Worker struct {
 	// false while its calls fail (Ready is all of them).
 	running                        atomic.Bool
 	fetching, deciding, delivering atomic.Bool
-	bufs                           sync.Pool // of *buffers
+	// failed is set when a stage failed for good (a *StageError).
+	failed atomic.Bool
+	bufs   sync.Pool // of *buffers
 	// kafkaLog logs what kafka-go reports, sampled (see Sampled).
 	kafkaLog *zap.Logger
 	// lateLog reports events beyond the lag bound, sampled.
@@ -190,23 +192,33 @@ func New(cfg Config, filter Filter, out, dlq Producer) (*Worker, error) {
 }
 
 // Ready reports whether the worker can make progress: false before Run
-// starts and while Redis or Kafka calls are failing. An idle worker (no
-// messages to read) is ready.
+// starts, while Redis or Kafka calls are failing, and from a failure that
+// stops it on. An idle worker (no messages to read) is ready.
 func (w *Worker) Ready() bool {
-	return w.running.Load() && w.fetching.Load() && w.deciding.Load() && w.delivering.Load()
+	return w.running.Load() && !w.failed.Load() && w.fetching.Load() && w.deciding.Load() && w.delivering.Load()
 }
 
 // Run consumes until ctx is cancelled, then stops fetching, finishes the
 // batches in hand (decide, forward, dead-letter, commit) within
 // ShutdownTimeout, leaves the group and returns nil, all within
-// ShutdownTimeout plus ReaderCloseTimeout. It returns an error only
-// when a batch in hand could not be finished; its offsets are then not
+// ShutdownTimeout plus ReaderCloseTimeout. It returns an error when a batch
+// in hand could not be finished at shutdown; its offsets are then not
 // committed and it is read again by whoever owns the partitions.
+//
+// A failure that retrying cannot mend in any stage (a *StageError: a
+// refused authorization on fetch, join, commit or produce, an element the
+// filter refuses) stops both stages at once: the batch being decided is
+// abandoned, nothing more is fetched or test-and-set, nothing more is
+// delivered or committed, and Run leaves the group and returns the
+// *StageError within ReaderCloseTimeout of the failure (plus the return of
+// the calls it cancels). Ready is false from the failure on. Batches
+// decided and not delivered are read again after the restart and get their
+// recorded decisions.
 func (w *Worker) Run(ctx context.Context) error {
 	kl := w.log.With(zap.String("topic", w.cfg.Topic), zap.String("group", w.cfg.GroupID))
 	gl := Sampled(kl)
 	w.kafkaLog = gl
-	if err := w.retry(ctx, &w.fetching, StepStart, func(ctx context.Context) error {
+	if err := w.retry(ctx, &w.fetching, StepStart, w.cfg.Topic, func(ctx context.Context) error {
 		cl := &kafka.Client{Addr: kafka.TCP(w.cfg.Brokers...), Timeout: w.cfg.KafkaTimeout,
 			Transport: &kafka.Transport{DialTimeout: w.cfg.KafkaTimeout, TLS: w.cfg.TLS, SASL: w.cfg.SASL, ClientID: ClientID(w.cfg.GroupID)}}
 		defer cl.Transport.(*kafka.Transport).CloseIdleConnections()
@@ -225,9 +237,26 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.running.Store(true)
 	// Two stages: this goroutine fetches and decides batch n+1 while
 	// deliver produces and commits batch n, in order. wctx outlives ctx by
-	// ShutdownTimeout, so the batches in hand are finished on shutdown.
+	// ShutdownTimeout, so the batches in hand are finished on shutdown;
+	// fctx, the fetch's, ends with ctx. A stage that fails for good ends
+	// both at once (stop).
 	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer wcancel()
+	fctx, fcancel := context.WithCancel(ctx)
+	defer fcancel()
+	var (
+		failOnce sync.Once
+		failure  *StageError // set once, before wctx ends
+	)
+	stop := func(se *StageError) {
+		failOnce.Do(func() {
+			failure = se
+			w.failed.Store(true)
+			w.m.errors.WithLabelValues(se.Step).Inc()
+			fcancel()
+			wcancel()
+		})
+	}
 	var finishBy atomic.Int64 // when the batches in hand must be finished
 	stopTimer := context.AfterFunc(ctx, func() {
 		finishBy.Store(time.Now().Add(w.cfg.ShutdownTimeout).UnixNano())
@@ -239,8 +268,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() {
 		var err error
 		for d := range decidedCh {
-			if err == nil { // after a failure, later batches are not delivered out of order
+			if err == nil && wctx.Err() == nil { // after a failure, later batches are not delivered out of order
 				err = w.deliver(wctx, r, d)
+				if se, ok := errors.AsType[*StageError](err); ok {
+					stop(se)
+				}
 			}
 			if err == nil && !d.retried {
 				w.bufs.Put(d)
@@ -249,13 +281,21 @@ func (w *Worker) Run(ctx context.Context) error {
 		delivered <- err
 	}()
 	var runErr error
-	for {
+	for wctx.Err() == nil {
 		b := w.bufs.Get().(*buffers)
-		batch, fetched := w.fetch(ctx, r, b)
+		batch, fetched, err := w.fetch(fctx, r, b)
 		b.batch, b.fetched = batch, fetched
-		if len(batch) > 0 {
+		if err != nil {
+			stop(w.stageError(StepFetch, w.cfg.Topic, err))
+			break
+		}
+		if len(batch) > 0 && wctx.Err() == nil {
 			if err := w.decide(wctx, b); err != nil {
-				runErr = err
+				if se, ok := errors.AsType[*StageError](err); ok {
+					stop(se)
+				} else if ctx.Err() != nil {
+					runErr = err // the shutdown budget ran out
+				}
 				break
 			}
 			decidedCh <- b
@@ -273,6 +313,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if runErr != nil {
 		runErr = fmt.Errorf("finishing the batches in hand at shutdown: %w", runErr)
 	}
+	if failure != nil {
+		runErr = failure
+	}
 	w.running.Store(false)
 	// Nothing is fetching or committing now, so Close cannot hang on a
 	// commit in flight; it leaves the group.
@@ -280,7 +323,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// ReaderCloseTimeout past it: a broker that does not answer must not
 	// hold the shutdown.
 	wait := ReaderCloseTimeout
-	if by := finishBy.Load(); by != 0 {
+	if by := finishBy.Load(); by != 0 && failure == nil {
 		wait += max(time.Until(time.Unix(0, by)), 0)
 	}
 	closed := make(chan error, 1)
@@ -322,28 +365,26 @@ func Sampled(l *zap.Logger) *zap.Logger {
 // retry calls f until it succeeds, fails for good (permanent) or ctx
 // ends, backing off between tries (retry.Calls). While it fails, the
 // stage whose health is ok is not ready and each failure is logged and
-// counted under what.
-func (w *Worker) retry(ctx context.Context, ok *atomic.Bool, what string, f func(context.Context) error) error {
+// counted under step. A permanent failure is returned as a *StageError
+// (with what to check for topic, the topic the step reads or writes),
+// not logged: Run stops and returns it.
+func (w *Worker) retry(ctx context.Context, ok *atomic.Bool, step, topic string, f func(context.Context) error) error {
 	err := retry.Do(ctx, retry.Calls, f, func(err error, wait time.Duration) error {
 		if permanent(err) {
-			return err
+			ok.Store(false)
+			return w.stageError(step, topic, err)
 		}
 		ok.Store(false)
-		w.m.errors.WithLabelValues(what).Inc()
-		w.log.Warn(what+" failed; retrying", zap.Error(err), zap.Duration("backoff", wait))
+		w.m.errors.WithLabelValues(step).Inc()
+		w.log.Warn(step+" failed; retrying", zap.Error(err), zap.Duration("backoff", wait))
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		if se, isStage := errors.AsType[*StageError](err); isStage {
+			return se
+		}
+		return fmt.Errorf("%s: %w", step, err)
 	}
 	ok.Store(true)
 	return nil
-}
-
-// permanent reports whether retrying err cannot help: an invalid element
-// is a bug, and a refused authorization stays refused until an operator
-// changes the ACLs.
-func permanent(err error) bool {
-	return errors.Is(err, bloom.ErrInvalidElement) || errors.Is(err, kafka.TopicAuthorizationFailed) ||
-		errors.Is(err, kafka.GroupAuthorizationFailed) || errors.Is(err, kafka.ClusterAuthorizationFailed)
 }
