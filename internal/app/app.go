@@ -85,7 +85,10 @@ func newFilter(cfg config.Config, rc redis.UniversalClient, now func() time.Time
 // Before joining the group it waits, serving HTTP and not ready, until
 // Kafka and Redis accept connections made as configured (TLS, SASL, ACL
 // user). A refused login or certificate is returned at once, with the
-// variables to check.
+// variables to check, and so is a Redis master older than 7.0 or whose
+// maxmemory-policy is not noeviction (bloom.CheckServer). While it runs,
+// it is not ready while a master's policy is one that evicts
+// (bloom.Filter.Healthy).
 func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	return run(ctx, cfg, log, time.Now)
 }
@@ -151,8 +154,11 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 		return err
 	}
 
-	RegisterStatus(reg, cfg.Pipeline, cfg.FalsePositiveRate, w.Ready)
-	srv, addr, err := serve(cfg.HTTPAddr, reg, w.Ready, log)
+	// Ready while the worker makes progress and every Redis master keeps
+	// the filter's keys (its eviction policy is noeviction).
+	ready := func() bool { return w.Ready() && filter.Healthy() }
+	RegisterStatus(reg, cfg.Pipeline, cfg.FalsePositiveRate, ready)
+	srv, addr, err := serve(cfg.HTTPAddr, reg, ready, log)
 	if err != nil {
 		return err
 	}
@@ -183,6 +189,8 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 		}
 		return errors.Join(err, cerr)
 	}
+	// A server too old, or one whose eviction policy would evict the
+	// filter's keys, ends the start with one line naming it.
 	if err := filter.CheckServer(ctx); err != nil {
 		return errors.Join(err, closeAll())
 	}

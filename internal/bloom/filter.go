@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -211,6 +210,9 @@ type Filter struct {
 	// stageTab is the script's stage table: the stage count, each stage's
 	// capacity per shard, the words per key of stages 1 and up.
 	stageTab []byte
+	// evicting is set while the maintenance finds a master whose eviction
+	// policy is not noeviction (see Healthy).
+	evicting atomic.Bool
 }
 
 // New returns a Filter over client, a *redis.Client for one server or a
@@ -328,57 +330,6 @@ func (f *Filter) Preallocate(ctx context.Context, t time.Time) error {
 		if err != nil && err != redis.Nil {
 			return fmt.Errorf("%w: preallocating %s: %w", ErrRedis, key, err)
 		}
-	}
-	return nil
-}
-
-// ErrServerTooOld is returned by CheckServer for a server older than
-// Redis 7.0.
-var ErrServerTooOld = errors.New("redis server too old")
-
-// CheckServer refuses a server (every master of a Cluster) older than
-// Redis 7.0: the script sets expiries with EXPIREAT NX and GT, which older
-// servers refuse, and every batch would fail. Valkey reports the Redis
-// version it is compatible with. A server that refuses INFO is let be.
-func (f *Filter) CheckServer(ctx context.Context) error {
-	check := func(ctx context.Context, c *redis.Client) error {
-		if v := f.serverInfo(ctx, c, "server")["redis_version"]; tooOld(v) {
-			return fmt.Errorf("%w: Redis at %s is %s; the filter needs Redis 7.0 or later (EXPIREAT NX and GT)", ErrServerTooOld, c.Options().Addr, v)
-		}
-		return nil
-	}
-	return f.forEachServer(ctx, check)
-}
-
-// forEachServer calls check for the server, or for every master of a
-// Cluster, concurrently.
-func (f *Filter) forEachServer(ctx context.Context, check func(context.Context, *redis.Client) error) error {
-	switch c := f.client.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, check)
-	default: // New accepts nothing else
-		return check(ctx, f.client.(*redis.Client))
-	}
-}
-
-// tooOld reports whether Redis version v (major.minor.patch) is below 7.0.
-func tooOld(v string) bool {
-	major, _, _ := strings.Cut(v, ".")
-	n, err := strconv.Atoi(major)
-	return err == nil && n < 7
-}
-
-// serverInfo is one section of c's INFO reply, field by field; empty when
-// the server refuses INFO, which the checks then let be.
-func (f *Filter) serverInfo(ctx context.Context, c *redis.Client, section string) map[string]string {
-	cctx, cancel := f.callCtx(ctx)
-	defer cancel()
-	info, err := c.InfoMap(cctx, section).Result()
-	if err != nil {
-		return nil
-	}
-	for _, fields := range info { // the one section asked for
-		return fields
 	}
 	return nil
 }

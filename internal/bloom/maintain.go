@@ -15,12 +15,27 @@ type Gauges struct {
 	stages, overfilled, testOnly *prometheus.GaugeVec
 	maxLag                       prometheus.Gauge
 	grown                        prometheus.Counter
+	// Per master (label server): evicted keys and whether the policy is
+	// noeviction; policy changes to one that evicts; failed maintenance
+	// calls by step.
+	evicted, policySafe *prometheus.GaugeVec
+	unsafePolicy        prometheus.Counter
+	failed              *prometheus.CounterVec
 }
+
+// The steps of dedupe_filter_maintenance_errors_total.
+const (
+	stepPreallocate = "preallocate"
+	stepGrow        = "grow"
+	stepStats       = "stats"
+	stepServerInfo  = "server_info"
+)
 
 // NewGauges registers the filter statistics the worker exports per
 // window and shard (fill, estimated false-positive rate, estimated
-// elements, TTL, stages, overfilled, test-only), the stages made and the
-// lag bound.
+// elements, TTL, stages, overfilled, test-only), the stages made, the lag
+// bound, per Redis master the evicted keys and whether its eviction policy
+// is safe, the policy changes found, and the maintenance's failed calls.
 func NewGauges(reg prometheus.Registerer, pipeline string) *Gauges {
 	l := prometheus.Labels{"pipeline": pipeline}
 	labels := []string{"window", "shard"}
@@ -44,29 +59,53 @@ func NewGauges(reg prometheus.Registerer, pipeline string) *Gauges {
 		Help: "Stages this replica made ahead for windows that grow.", ConstLabels: l})
 	g.maxLag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "dedupe_max_lag_seconds",
 		Help: "The lag bound, DEDUPE_MAX_LAG: events decided later than this after their event time may not be deduplicated.", ConstLabels: l})
-	reg.MustRegister(g.fill, g.fpr, g.elements, g.ttl, g.maxLag, g.stages, g.overfilled, g.testOnly, g.grown)
+	server := []string{"server"}
+	g.evicted = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_redis_evicted_keys",
+		Help: "Keys the Redis master has evicted since it started (evicted_keys of INFO stats), read every maintenance pass: any increase may be filters or decision records lost.", ConstLabels: l}, server)
+	g.policySafe = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_redis_eviction_policy_safe",
+		Help: "1 while the Redis master's maxmemory-policy is noeviction, 0 while it is one that evicts the worker's keys (the replica is then not ready).", ConstLabels: l}, server)
+	g.unsafePolicy = prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupe_redis_eviction_policy_unsafe_total",
+		Help: "Times the maintenance found a Redis master's maxmemory-policy changed to one that evicts.", ConstLabels: l})
+	g.failed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_filter_maintenance_errors_total",
+		Help: "Failed maintenance calls, by step (preallocate, grow, stats, server_info); each is tried again at the next pass.", ConstLabels: l}, []string{"step"})
+	for _, step := range []string{stepPreallocate, stepGrow, stepStats, stepServerInfo} {
+		g.failed.WithLabelValues(step) // at 0 from the start
+	}
+	reg.MustRegister(g.fill, g.fpr, g.elements, g.ttl, g.maxLag, g.stages, g.overfilled, g.testOnly, g.grown,
+		g.evicted, g.policySafe, g.unsafePolicy, g.failed)
 	return g
 }
 
 // growEvery is how often the maintenance looks for windows to grow, and
-// slowEvery how often it preallocates and reads the gauges.
+// slowEvery how often it checks the masters' eviction policies,
+// preallocates and reads the gauges.
 const (
 	growEvery = 5 * time.Second
 	slowEvery = 30 * time.Second
 )
 
-// Maintain keeps the filter's windows ready and its gauges current until
-// ctx ends: it makes stages for windows that grow (at once when a call asks
-// for one, every growEvery otherwise), and every slowEvery preallocates
-// the current and the next window and reads the statistics of the current
-// and the previous one into g. It logs what it makes and what goes wrong,
-// and warns once per window and shard that overfills or only tests.
+// Maintain keeps the filter's windows ready, its servers watched and its
+// gauges current until ctx ends: it makes stages for windows that grow (at
+// once when a call asks for one, every growEvery otherwise), and every
+// slowEvery reads each master's eviction policy and evicted keys (see
+// Healthy), preallocates the current and the next window and reads the
+// statistics of the current and the previous one into g. A failed call is
+// logged, counted by step and tried again at the next pass; nothing ends
+// the loop but ctx. It warns once per window and shard that overfills or
+// only tests, and logs an error once when a master's policy turns to one
+// that evicts and once more when it is back to noeviction.
 func (f *Filter) Maintain(ctx context.Context, g *Gauges, log *zap.Logger) {
+	f.maintain(ctx, g, log, growEvery, slowEvery)
+}
+
+// maintain is Maintain with its intervals.
+func (f *Filter) maintain(ctx context.Context, g *Gauges, log *zap.Logger, growEvery, slowEvery time.Duration) {
 	g.maxLag.Set(f.cfg.Windows.MaxLag.Seconds())
 	window := f.cfg.Windows.Length
-	tick := time.NewTicker(growEvery)
+	tick := time.NewTicker(min(growEvery, slowEvery))
 	defer tick.Stop()
 	warned := map[[2]int64]string{} // buckets and shards already warned about
+	ev := &evictionWatch{unsafe: map[string]string{}}
 	var lastSlow, growFailed time.Time
 	for {
 		// After a failure, requests from the script wait for the tick.
@@ -79,11 +118,13 @@ func (f *Filter) Maintain(ctx context.Context, g *Gauges, log *zap.Logger) {
 			}
 			if err != nil && ctx.Err() == nil {
 				growFailed = now
-				log.Warn("growing windows", zap.Error(err))
+				g.failed.WithLabelValues(stepGrow).Inc()
+				log.Warn("growing windows; trying again at the next pass", zap.Error(err))
 			}
 		}
 		if now := time.Now(); now.Sub(lastSlow) >= slowEvery {
 			lastSlow = now
+			f.watchEviction(ctx, g, ev, log)
 			f.maintainSlow(ctx, f.Now(), window, g, warned, log)
 		}
 		select {
@@ -95,16 +136,90 @@ func (f *Filter) Maintain(ctx context.Context, g *Gauges, log *zap.Logger) {
 	}
 }
 
+// evictionWatch is what the maintenance found of the masters' eviction
+// policies.
+type evictionWatch struct {
+	// unsafe holds the masters whose policy evicts, with the policy.
+	unsafe map[string]string
+	// servers are the masters with series in the gauges.
+	servers map[string]bool
+}
+
+// watchEviction reads every master's eviction policy and evicted keys into
+// g and sets the filter's health: unhealthy while any master's policy is
+// not noeviction. A master whose INFO fails, or does not name its policy,
+// keeps the answer it last gave; a master no longer listed (after a
+// failover) loses its series and its say.
+func (f *Filter) watchEviction(ctx context.Context, g *Gauges, w *evictionWatch, log *zap.Logger) {
+	evs, err := f.Evictions(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		g.failed.WithLabelValues(stepServerInfo).Inc()
+		log.Warn("reading the Redis masters' eviction policies; trying again at the next pass", zap.Error(err))
+	}
+	seen := map[string]bool{}
+	for _, e := range evs {
+		seen[e.Server] = true
+		if e.Err != nil {
+			g.failed.WithLabelValues(stepServerInfo).Inc()
+			log.Warn("reading a Redis master's eviction policy; trying again at the next pass", zap.String("server", e.Server), zap.Error(e.Err))
+		}
+		if e.Evicted >= 0 {
+			g.evicted.WithLabelValues(e.Server).Set(float64(e.Evicted))
+		}
+		if e.Policy == "" {
+			continue
+		}
+		was, wasUnsafe := w.unsafe[e.Server]
+		switch {
+		case !e.Safe():
+			g.policySafe.WithLabelValues(e.Server).Set(0)
+			if was != e.Policy {
+				w.unsafe[e.Server] = e.Policy
+				g.unsafePolicy.Inc()
+				log.Error("Redis eviction policy changed to one that evicts: not ready until it is back to noeviction", zap.String("server", e.Server),
+					zap.String("policy", e.Policy), zap.Error(policyError(e.Server, e.Policy)))
+			}
+		default:
+			g.policySafe.WithLabelValues(e.Server).Set(1)
+			if wasUnsafe {
+				delete(w.unsafe, e.Server)
+				log.Info("Redis eviction policy is noeviction again", zap.String("server", e.Server), zap.String("was", was))
+			}
+		}
+	}
+	if err == nil {
+		for s := range w.servers {
+			if seen[s] {
+				continue
+			}
+			g.evicted.DeleteLabelValues(s)
+			g.policySafe.DeleteLabelValues(s)
+			if p, ok := w.unsafe[s]; ok {
+				delete(w.unsafe, s)
+				log.Info("Redis server with an evicting policy is no longer a master", zap.String("server", s), zap.String("policy", p))
+			}
+		}
+		w.servers = seen
+	}
+	f.evicting.Store(len(w.unsafe) > 0)
+}
+
 func (f *Filter) maintainSlow(ctx context.Context, now time.Time, window time.Duration, g *Gauges, warned map[[2]int64]string, log *zap.Logger) {
 	if err := f.Preallocate(ctx, now); err != nil && ctx.Err() == nil {
-		log.Warn("preallocating the current window", zap.Error(err))
+		g.failed.WithLabelValues(stepPreallocate).Inc()
+		log.Warn("preallocating the current window; trying again at the next pass", zap.Error(err))
 	}
 	if err := f.Preallocate(ctx, now.Add(window)); err != nil && ctx.Err() == nil {
-		log.Warn("preallocating the next window", zap.Error(err))
+		g.failed.WithLabelValues(stepPreallocate).Inc()
+		log.Warn("preallocating the next window; trying again at the next pass", zap.Error(err))
 	}
 	st, err := f.Stats(ctx, now)
 	if err != nil {
 		if ctx.Err() == nil {
+			g.failed.WithLabelValues(stepStats).Inc()
 			log.Warn("reading filter stats", zap.Error(err))
 		}
 		return
