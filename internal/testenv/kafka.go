@@ -2,12 +2,15 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"dedupe-worker/internal/clickstream"
 )
@@ -85,4 +88,43 @@ func (k *Kafka) Read(topic string) []*kgo.Record {
 		k.t.Fatal(err)
 	}
 	return recs
+}
+
+// AddACL adds a to the broker's ACLs, as an administrator's CreateACLs
+// request does (the test's clients must log in as a superuser), and fails
+// the test if the broker refuses it or has not answered within 30 s. The
+// broker checks ACLs only when started with kfake.EnableACLs; the next
+// request of any client is checked against the new set. An empty Host is
+// any host, as for kfake.User.
+func (k *Kafka) AddACL(a kfake.ACL) {
+	k.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(k.ClientOptions()...)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer cl.Close()
+	c := kmsg.NewCreateACLsRequestCreation()
+	c.Principal, c.Host = a.Principal, a.Host
+	if c.Host == "" {
+		c.Host = "*"
+	}
+	c.ResourceType, c.ResourceName, c.ResourcePatternType = a.Resource, a.Name, a.Pattern
+	c.Operation, c.PermissionType = a.Operation, kmsg.ACLPermissionTypeDeny
+	if a.Allow {
+		c.PermissionType = kmsg.ACLPermissionTypeAllow
+	}
+	req := kmsg.NewPtrCreateACLsRequest()
+	req.Creations = append(req.Creations, c)
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil && len(resp.Results) != 1 {
+		err = errors.New("no result for the creation")
+	}
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Results[0].ErrorCode)
+	}
+	if err != nil {
+		k.t.Fatalf("adding the ACL %+v: %v", a, err)
+	}
 }
