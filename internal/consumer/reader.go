@@ -14,10 +14,16 @@ import (
 // committed by deliver, synchronously, once per batch; gl logs what
 // kafka-go reports.
 func (w *Worker) newReader(gl *zap.Logger) *kafka.Reader {
-	return kafka.NewReader(kafka.ReaderConfig{
-		Brokers:  w.cfg.Brokers,
-		GroupID:  w.cfg.GroupID,
-		Topic:    w.cfg.Topic,
+	return kafka.NewReader(readerConfig(w.cfg, groupTimingsFor(w.cfg.SessionTimeout), gl))
+}
+
+// readerConfig is the configuration of the reader of cfg's topic, in
+// cfg's group, with the group timings g.
+func readerConfig(cfg Config, g groupTimings, gl *zap.Logger) kafka.ReaderConfig {
+	return kafka.ReaderConfig{
+		Brokers:  cfg.Brokers,
+		GroupID:  cfg.GroupID,
+		Topic:    cfg.Topic,
 		MinBytes: 1,
 		MaxBytes: 16 << 20,
 		// kafka-go also uses MaxWait as the deadline for the start of a
@@ -26,19 +32,99 @@ func (w *Worker) newReader(gl *zap.Logger) *kafka.Reader {
 		// timed out again, for a minute in the fault suite). The broker
 		// answers as soon as it has a byte (MinBytes 1), so a longer wait
 		// costs nothing when data flows; the linger is kept by fetch.
-		MaxWait:           min(500*time.Millisecond, w.cfg.SessionTimeout/2),
+		MaxWait:           min(500*time.Millisecond, g.Session/2),
 		StartOffset:       kafka.FirstOffset,
 		CommitInterval:    0, // commits are synchronous, per batch
-		QueueCapacity:     w.cfg.BatchSize,
-		SessionTimeout:    w.cfg.SessionTimeout,
-		RebalanceTimeout:  w.cfg.SessionTimeout,
-		HeartbeatInterval: w.cfg.SessionTimeout / 5,
-		JoinGroupBackoff:  500 * time.Millisecond,
+		QueueCapacity:     cfg.BatchSize,
+		SessionTimeout:    g.Session,
+		RebalanceTimeout:  g.Rebalance,
+		HeartbeatInterval: g.Heartbeat,
+		JoinGroupBackoff:  g.JoinBackoff,
 		ReadBackoffMin:    50 * time.Millisecond,
 		ReadBackoffMax:    time.Second,
 		MaxAttempts:       3,
-		Dialer:            &kafka.Dialer{Timeout: w.cfg.KafkaTimeout, TLS: w.cfg.TLS, SASLMechanism: w.cfg.SASL, ClientID: ClientID(w.cfg.GroupID)},
+		Dialer:            &kafka.Dialer{Timeout: cfg.KafkaTimeout, TLS: cfg.TLS, SASLMechanism: cfg.SASL, ClientID: ClientID(cfg.GroupID)},
 		Logger:            sink.KafkaLogger(gl, zapcore.DebugLevel),
 		ErrorLogger:       sink.KafkaLogger(gl, zapcore.WarnLevel),
-	})
+	}
+}
+
+// groupTimings are the reader's consumer-group timings.
+type groupTimings struct {
+	// Session is how long the coordinator keeps a member that sends
+	// nothing: how long a replica that died holds its partitions.
+	Session time.Duration
+	// Heartbeat is how often a member heartbeats, and so how soon it
+	// learns that a rebalance has begun.
+	Heartbeat time.Duration
+	// Rebalance is how long the coordinator waits for every member to
+	// rejoin once a rebalance has begun.
+	Rebalance time.Duration
+	// JoinBackoff is how long kafka-go waits before it joins again after
+	// a JoinGroup or SyncGroup that failed (other than for a rebalance
+	// in progress).
+	JoinBackoff time.Duration
+}
+
+const (
+	// kafkaGoTimeout is kafka-go's own deadline for a group request
+	// (ConsumerGroupConfig.Timeout's default, which ReaderConfig cannot
+	// set). A JoinGroup's deadline is kafkaGoTimeout plus the rebalance
+	// timeout.
+	kafkaGoTimeout = 5 * time.Second
+	// minRebalanceTimeout is the least rebalance timeout, for session
+	// timeouts below 4 s (the tests' and the demo's): a member of a
+	// loaded machine takes some hundreds of milliseconds to stop its
+	// partition readers, find the coordinator and rejoin.
+	minRebalanceTimeout = time.Second
+	// joinBackoff is groupTimings.JoinBackoff.
+	joinBackoff = time.Second
+)
+
+// groupTimingsFor derives the group timings from the session timeout S
+// (DEDUPE_KAFKA_SESSION_TIMEOUT, 10 s by default):
+//
+//	heartbeat      S/10             1 s at S = 10 s
+//	rebalance      max(S/4, 1 s)    2.5 s
+//	join back-off  1 s
+//
+// On a Kafka coordinator. A rebalance begins when a member joins, leaves
+// or is expired; the coordinator then waits up to the rebalance timeout
+// for every member to rejoin, and removes those that did not. A kafka-go
+// member learns of the rebalance at its next heartbeat (within S/10),
+// ends its generation (its partition readers stop; commits already
+// queued are sent) and rejoins at once: it does not wait for the batch
+// in hand, whose commit comes later or is refused (the batch is then read
+// again by the partition's new owner: replays, nothing lost). So S/4
+// leaves 1.5 s at S = 10 s for that rejoin after the heartbeat that
+// reports it. A member that misses it is removed, gets UNKNOWN_MEMBER_ID
+// and joins again as a new member after the back-off: one more
+// rebalance, no loss. A member that died while a rebalance waits holds
+// it up to the rebalance timeout, not the session timeout. The back-off
+// delays each rejoin after a failed join (after a coordinator moved, or
+// after such a removal) by 1 s.
+//
+// On the test broker (kfake, which the tests, the demo and the fault
+// suite run on). Its coordinator restarts the rebalance timer at every
+// JoinGroup, and removes a member that did not rejoin only when the timer
+// fires; a member that died before its JoinGroup was answered has no
+// session timer at all. A kafka-go member whose JoinGroup is held past
+// its deadline (kafkaGoTimeout plus the rebalance timeout R) gives up,
+// forgets its member ID, waits the back-off B and joins again as a new
+// member: each live member sends a JoinGroup every P = 5 s + R + B at
+// least. N live members whose joins are spread over P restart the timer
+// before it fires if every gap between them is shorter than R, and the
+// dead members stay for as long as that lasts (minutes, in the crash
+// burst of the fault suite). The largest gap is at least P/N, so the
+// timer fires within one period if P > N·R, that is R < (5 s + B)/(N-1):
+// at S = 10 s, P = 8.5 s against 2·R = 5 s for two replicas and 3·R =
+// 7.5 s for three; four would need S ≤ 8 s. The timings before (R = S,
+// B = 0.5 s: P = 15.5 s against 2·R = 20 s) let two replicas stall.
+func groupTimingsFor(session time.Duration) groupTimings {
+	return groupTimings{
+		Session:     session,
+		Heartbeat:   session / 10,
+		Rebalance:   max(session/4, minRebalanceTimeout),
+		JoinBackoff: joinBackoff,
+	}
 }
