@@ -1,13 +1,14 @@
 // Package sink writes events to a Kafka topic and returns only once every
-// in-sync replica has them.
+// in-sync replica has them, or says which ones the topic refused for their
+// content. write.go holds Write and its retries, refused.go what a topic
+// can refuse and the errors Write returns.
 package sink
 
 import (
-	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"dedupe-worker/config"
@@ -21,8 +22,8 @@ import (
 
 // MaxBatchBytes bounds a produce request per partition, which is one
 // record batch: a broker refuses batches above its message.max.bytes
-// (1048588 by default), and kafka-go refuses, before sending, a single
-// message larger than this.
+// (1048588 by default). Write rejects a message larger than this, as
+// kafka-go measures it, without sending it (TooLarge).
 const MaxBatchBytes = 1_040_000
 
 // Config configures a Writer.
@@ -44,10 +45,17 @@ type Config struct {
 
 // Writer produces to one topic with acks from all in-sync replicas.
 // Messages from one input partition go to one output partition (input
-// partition modulo the output's partition count), so their order is kept.
+// partition modulo the output's partition count), so their order is kept
+// (but see Write for retries).
 type Writer struct {
 	w       *kafka.Writer
 	timeout time.Duration
+	log     *zap.Logger
+	// splitLog reports batches split to find refused messages, sampled.
+	splitLog *zap.Logger
+	// mu makes Writes one at a time: finding a refused message relies on
+	// a message sent alone being alone in its produce request.
+	mu sync.Mutex
 }
 
 // New returns a Writer; it connects on first use.
@@ -66,21 +74,28 @@ func New(cfg Config) *Writer {
 	log = log.With(zap.String("topic", cfg.Topic))
 	return &Writer{
 		timeout: cfg.Timeout,
+		log:     log,
+		splitLog: log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+			return zapcore.NewSamplerWithOptions(c, 10*time.Second, 1, 0)
+		})),
 		w: &kafka.Writer{
 			Addr:     kafka.TCP(cfg.Brokers...),
 			Topic:    cfg.Topic,
 			Balancer: sourcePartition{},
 			// The defaults (no acks, a one-second linger) lose data and add a
 			// second to every batch.
-			RequiredAcks:    kafka.RequireAll,
-			BatchSize:       cfg.BatchSize,
-			BatchTimeout:    2 * time.Millisecond,
-			BatchBytes:      MaxBatchBytes,
-			MaxAttempts:     5,
-			WriteBackoffMin: 50 * time.Millisecond,
-			WriteBackoffMax: time.Second,
-			ReadTimeout:     cfg.Timeout,
-			WriteTimeout:    cfg.Timeout,
+			RequiredAcks: kafka.RequireAll,
+			BatchSize:    cfg.BatchSize,
+			BatchTimeout: 2 * time.Millisecond,
+			BatchBytes:   MaxBatchBytes,
+			// One try per request: Write retries what failed itself. kafka-go
+			// retries a batch in the background, uncancelled, and writes the
+			// partition's next batches only after it, so its own retries
+			// would outlive a Write that gave up, hold up the next one, and
+			// could write a copy of what the caller writes again.
+			MaxAttempts:  1,
+			ReadTimeout:  cfg.Timeout,
+			WriteTimeout: cfg.Timeout,
 			Transport: &kafka.Transport{
 				Dial:        (&net.Dialer{Timeout: cfg.Timeout}).DialContext,
 				DialTimeout: cfg.Timeout,
@@ -94,26 +109,8 @@ func New(cfg Config) *Writer {
 	}
 }
 
-// Write produces msgs and returns when all are acknowledged, or an error.
-// On error some may have been written; writing them all again is safe for
-// a consumer that drops replays by SourceHeader.
-func (w *Writer) Write(ctx context.Context, msgs []kafka.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, w.timeout)
-	defer cancel()
-	if err := w.w.WriteMessages(ctx, msgs...); err != nil {
-		var werr kafka.WriteErrors
-		if errors.As(err, &werr) {
-			return fmt.Errorf("writing to %s: %d of %d messages failed: %w", w.w.Topic, werr.Count(), len(msgs), distinct(werr))
-		}
-		return fmt.Errorf("writing %d messages to %s: %w", len(msgs), w.w.Topic, err)
-	}
-	return nil
-}
-
-// Close flushes and closes the connections.
+// Close flushes and closes the connections. A Write after it fails with
+// ErrPermanent.
 func (w *Writer) Close() error { return w.w.Close() }
 
 // sourcePartition sends a message to the partition of its source modulo
@@ -130,20 +127,6 @@ func (sourcePartition) Balance(msg kafka.Message, partitions ...int) int {
 		}
 	}
 	return partitions[0]
-}
-
-// distinct joins the different errors of a write once each: a batch
-// refused for one reason gives one line, not one per message.
-func distinct(werr kafka.WriteErrors) error {
-	var errs []error
-	seen := map[string]bool{}
-	for _, e := range werr {
-		if e != nil && !seen[e.Error()] {
-			seen[e.Error()] = true
-			errs = append(errs, e)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // KafkaLogger logs kafka-go's messages at level to l, or is nil when l

@@ -1,0 +1,670 @@
+package sink_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	kgoplain "github.com/twmb/franz-go/pkg/sasl/plain"
+
+	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/sink"
+	"dedupe-worker/internal/testenv"
+)
+
+// sourced is n messages, each with a unique key ("m-<index>") and the
+// dedupe-source of an input message on input partition index modulo
+// partitions, which the writer maps to the output partition of the same
+// number; values are size bytes.
+func sourced(n, partitions, size int) []kafka.Message {
+	msgs := make([]kafka.Message, n)
+	for i := range msgs {
+		p := i % partitions
+		msgs[i] = kafka.Message{Key: []byte(fmt.Sprintf("m-%d", i)), Value: bytes.Repeat([]byte{'v'}, size),
+			Headers: []kafka.Header{{Key: record.SourceHeader, Value: record.AppendSource(nil, "in", p, int64(i))}}}
+	}
+	return msgs
+}
+
+// copies counts the records of topic by key, and fails the test if a
+// record is on another partition than its source's or has another
+// dedupe-source than the message of its key.
+func copies(t *testing.T, k *testenv.Kafka, topic string, msgs []kafka.Message) map[string]int {
+	t.Helper()
+	want := map[string]kafka.Message{}
+	for _, m := range msgs {
+		want[string(m.Key)] = m
+	}
+	n := map[string]int{}
+	for _, r := range k.Read(topic) {
+		m, ok := want[string(r.Key)]
+		if !ok {
+			t.Fatalf("record with key %q was never written", r.Key)
+		}
+		var src []byte
+		for _, h := range r.Headers {
+			if h.Key == record.SourceHeader {
+				src = h.Value
+			}
+		}
+		if !bytes.Equal(src, m.Headers[0].Value) {
+			t.Fatalf("record %q has dedupe-source %q, want %q", r.Key, src, m.Headers[0].Value)
+		}
+		s, _ := record.ParseSource(src)
+		if int(r.Partition) != s.Partition%partitionsOf(t, k, topic) {
+			t.Fatalf("record %q on partition %d, source %s", r.Key, r.Partition, src)
+		}
+		n[string(r.Key)]++
+	}
+	return n
+}
+
+func partitionsOf(t *testing.T, k *testenv.Kafka, topic string) int {
+	t.Helper()
+	cl, err := kgo.NewClient(k.ClientOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("metadata of %s: %v %+v", topic, err, resp)
+	}
+	return len(resp.Topics[0].Partitions)
+}
+
+// produces counts the broker's produce requests to topic, per partition,
+// with the number of records in each request's batch. It observes only:
+// the broker answers every request as it would without it.
+type produces struct {
+	mu    sync.Mutex
+	parts map[int32][]int // per partition, the record count of each request
+	bytes int             // the largest batch sent, in bytes
+}
+
+func countProduces(k *testenv.Kafka, topic string) *produces {
+	p := &produces{parts: map[int32][]int{}}
+	k.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		pr := req.(*kmsg.ProduceRequest)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, rt := range pr.Topics {
+			if rt.Topic != topic {
+				continue
+			}
+			for _, rp := range rt.Partitions {
+				var b kmsg.RecordBatch
+				n := -1
+				if b.ReadFrom(rp.Records) == nil {
+					n = int(b.NumRecords)
+				}
+				p.parts[rp.Partition] = append(p.parts[rp.Partition], n)
+				p.bytes = max(p.bytes, len(rp.Records))
+			}
+		}
+		return nil, nil, false
+	})
+	return p
+}
+
+// requests is the number of produce requests to partition p.
+func (p *produces) requests(part int32) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.parts[part])
+}
+
+// largest is the size of the largest batch sent, in bytes.
+func (p *produces) largest() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bytes
+}
+
+// total is the number of produce requests to any partition.
+func (p *produces) total() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, rs := range p.parts {
+		n += len(rs)
+	}
+	return n
+}
+
+// withKey is a Fault.When that matches produce requests whose batch holds
+// a record with key. The batches are not compressed, and a record's key
+// follows its length as a varint, so key and length are found together.
+func withKey(key string) func(kmsg.Request) bool {
+	framed := append(varint(len(key)), key...)
+	return func(req kmsg.Request) bool {
+		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if bytes.Contains(rp.Records, framed) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+}
+
+// records is the number of records in a produce request of one batch, -1
+// if it cannot be read.
+func records(req kmsg.Request) int {
+	pr := req.(*kmsg.ProduceRequest)
+	if len(pr.Topics) != 1 || len(pr.Topics[0].Partitions) != 1 {
+		return -1
+	}
+	var b kmsg.RecordBatch
+	if b.ReadFrom(pr.Topics[0].Partitions[0].Records) != nil {
+		return -1
+	}
+	return int(b.NumRecords)
+}
+
+// varint is n as a zig-zag varint.
+func varint(n int) []byte {
+	u := uint64(n) << 1
+	var b []byte
+	for u >= 0x80 {
+		b = append(b, byte(u)|0x80)
+		u >>= 7
+	}
+	return append(b, byte(u))
+}
+
+func write(t *testing.T, w *sink.Writer, msgs []kafka.Message) (time.Duration, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	err := w.Write(ctx, msgs)
+	return time.Since(start), err
+}
+
+// One partition's batch fails and the others' are written: Write sends the
+// failed batch again until it is acknowledged and never sends the others
+// again. Read back, every message is there exactly once.
+func TestPartialFailureRetriesOnlyTheFailedBatches(t *testing.T) {
+	const failures = 3
+	for _, tc := range []struct {
+		name string
+		// fail makes the broker fail the first failures produce requests to
+		// partition 1 of out, and returns how many it failed so far.
+		fail func(k *testenv.Kafka) func() int
+	}{
+		{"NOT_ENOUGH_REPLICAS", func(k *testenv.Kafka) func() int {
+			h := k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Partitions: []int32{1}, Err: kerr.NotEnoughReplicas, Count: failures})
+			return h.Hits
+		}},
+		{"LEADER_NOT_AVAILABLE", func(k *testenv.Kafka) func() int {
+			h := k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Partitions: []int32{1}, Err: kerr.LeaderNotAvailable, Count: failures})
+			return h.Hits
+		}},
+		{"connection dropped", func(k *testenv.Kafka) func() int {
+			var mu sync.Mutex
+			dropped := 0
+			k.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				pr := req.(*kmsg.ProduceRequest)
+				if len(pr.Topics) != 1 || pr.Topics[0].Topic != "out" || pr.Topics[0].Partitions[0].Partition != 1 {
+					return nil, nil, false
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if dropped == failures {
+					k.DropControl()
+					return nil, nil, false
+				}
+				dropped++
+				k.KeepControl()
+				return nil, errors.New("injected: connection dropped"), true // kfake closes the connection, the batch unwritten
+			})
+			return func() int { mu.Lock(); defer mu.Unlock(); return dropped }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := testenv.StartKafka(t, testenv.Topics{"out": 3})
+			w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second, Logger: testenv.Logger(t, -1)})
+			defer w.Close()
+			count := countProduces(k, "out")
+			failed := tc.fail(k)
+			msgs := sourced(300, 3, 100)
+
+			took, err := write(t, w, msgs)
+			if err != nil {
+				t.Fatalf("Write: %v", err)
+			}
+			if n := failed(); n != failures {
+				t.Fatalf("the broker failed %d produce requests to partition 1, want %d: the fault did not happen as planned", n, failures)
+			}
+			for p, want := range map[int32]int{0: 1, 1: failures + 1, 2: 1} {
+				if got := count.requests(p); got != want {
+					t.Errorf("partition %d: %d produce requests, want %d (%v)", p, got, want, count.parts)
+				}
+			}
+			n := copies(t, k, "out", msgs)
+			for _, m := range msgs {
+				if c := n[string(m.Key)]; c != 1 {
+					t.Errorf("message %s written %d times, want once", m.Key, c)
+				}
+			}
+			t.Logf("%d messages, %d failures of partition 1: written once each in %v", len(msgs), failures, took.Round(time.Millisecond))
+		})
+	}
+}
+
+// A broker that wrote a batch and answered REQUEST_TIMED_OUT: Write sends
+// it again and the batch is there twice, with the same dedupe-source, the
+// copy Write's contract announces. The other partitions' are there once.
+func TestTimeoutAfterTheWriteGivesACopy(t *testing.T) {
+	k := testenv.StartKafka(t, testenv.Topics{"out": 3})
+	w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second})
+	defer w.Close()
+	h := k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Partitions: []int32{1}, Err: kerr.RequestTimedOut, Count: 1})
+	msgs := sourced(300, 3, 100)
+	if _, err := write(t, w, msgs); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if h.Hits() != 1 {
+		t.Fatalf("the fault answered %d requests, want 1", h.Hits())
+	}
+	n := copies(t, k, "out", msgs) // also checks each copy's dedupe-source
+	for i, m := range msgs {
+		want := 1
+		if i%3 == 1 {
+			want = 2
+		}
+		if c := n[string(m.Key)]; c != want {
+			t.Errorf("message %s (partition %d) written %d times, want %d", m.Key, i%3, c, want)
+		}
+	}
+}
+
+// A batch that keeps failing: Write gives up at its deadline, or when its
+// context is cancelled, and says which messages are not acknowledged:
+// exactly the failing partition's. Writing those again, once the broker
+// accepts them, leaves every message written once.
+func TestUnacknowledgedAtTheDeadline(t *testing.T) {
+	for _, cancelled := range []bool{false, true} {
+		name := "deadline"
+		if cancelled {
+			name = "cancelled"
+		}
+		t.Run(name, func(t *testing.T) {
+			k := testenv.StartKafka(t, testenv.Topics{"out": 3})
+			const timeout = 2 * time.Second
+			w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: timeout})
+			defer w.Close()
+			count := countProduces(k, "out")
+			h := k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Partitions: []int32{1}, Err: kerr.NotEnoughReplicas, Count: -1})
+			msgs := sourced(90, 3, 100)
+
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			if cancelled {
+				go func() {
+					h.Wait(ctx, 2) // Write retries
+					cancel()
+				}()
+			}
+			start := time.Now()
+			err := w.Write(ctx, msgs)
+			took := time.Since(start)
+			var we *sink.WriteError
+			if !errors.As(err, &we) {
+				t.Fatalf("Write returned %v, want a *sink.WriteError", err)
+			}
+			if !errors.Is(err, kafka.NotEnoughReplicas) {
+				t.Errorf("%v: want NOT_ENOUGH_REPLICAS inside", err)
+			}
+			wantCtx := context.DeadlineExceeded
+			if cancelled {
+				wantCtx = context.Canceled
+			}
+			if !errors.Is(err, wantCtx) || errors.Is(err, sink.ErrPermanent) || len(we.Rejected) != 0 {
+				t.Errorf("%v: want %v inside, nothing permanent, nothing rejected", err, wantCtx)
+			}
+			var want []int
+			for i := 1; i < len(msgs); i += 3 {
+				want = append(want, i)
+			}
+			if !slices.Equal(we.Unacked, want) {
+				t.Fatalf("Unacked %v, want partition 1's %v", we.Unacked, want)
+			}
+			if !cancelled && (took < timeout || took > timeout+timeout/2) {
+				t.Errorf("Write took %v with a timeout of %v", took, timeout)
+			}
+			if got := count.requests(1); got < 2 {
+				t.Errorf("partition 1: %d produce requests; want it retried", got)
+			}
+			if count.requests(0) != 1 || count.requests(2) != 1 {
+				t.Errorf("partitions 0 and 2: %d and %d produce requests, want 1 each", count.requests(0), count.requests(2))
+			}
+			t.Logf("gave up after %v, %d requests to partition 1", took.Round(time.Millisecond), count.requests(1))
+
+			// A request the Write abandoned may still be on its way: Close
+			// waits for it, and the broker refuses it, before the broker
+			// accepts writes again.
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			h.Remove()
+			again := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second})
+			defer again.Close()
+			if _, err := write(t, again, we.Unacknowledged(msgs)); err != nil {
+				t.Fatalf("writing the unacknowledged messages again: %v", err)
+			}
+			n := copies(t, k, "out", msgs)
+			for _, m := range msgs {
+				if c := n[string(m.Key)]; c != 1 {
+					t.Errorf("message %s written %d times, want once", m.Key, c)
+				}
+			}
+		})
+	}
+}
+
+// createTopic makes topic with partitions and configs through a CreateTopics
+// request, as an operator would.
+func createTopic(t *testing.T, k *testenv.Kafka, topic string, partitions int32, configs map[string]string) {
+	t.Helper()
+	cl, err := kgo.NewClient(k.ClientOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, 1
+	for name, v := range configs {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = name, kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, c)
+	}
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		t.Fatalf("creating %s: %v", topic, err)
+	}
+}
+
+// A topic whose max.message.bytes is 10,000 (set at creation, and enforced
+// by the broker on each batch, as Kafka does): small messages far above it
+// in total are all written, in smaller batches; a message above it alone
+// is rejected, TooLarge, with its index, and every other written once.
+// Records the broker refuses as invalid are found the same way.
+func TestRefusedForContent(t *testing.T) {
+	const limit = 10_000
+	for _, tc := range []struct {
+		name string
+		// size of message i; the big ones are refused.
+		size    func(i int) int
+		refused []int
+		reason  sink.Reason
+		code    error
+		// fault, if set, makes the broker refuse, with code, the batches that
+		// hold message i's key.
+		fault *kerr.Error
+	}{
+		{name: "small ones above the limit in total", size: func(int) int { return 100 }},
+		{name: "one too large", size: func(i int) int {
+			if i == 37 {
+				return 2 * limit
+			}
+			return 100
+		}, refused: []int{37}, reason: sink.TooLarge, code: kafka.MessageSizeTooLarge},
+		{name: "two too large, one just under", size: func(i int) int {
+			switch i {
+			case 0, 299:
+				return limit
+			case 150:
+				return limit - 200 // the batch header and the record's framing fit
+			}
+			return 100
+		}, refused: []int{0, 299}, reason: sink.TooLarge, code: kafka.MessageSizeTooLarge},
+		{name: "INVALID_RECORD", size: func(int) int { return 100 }, refused: []int{201}, reason: sink.Invalid, code: kafka.InvalidRecord, fault: kerr.InvalidRecord},
+		{name: "CORRUPT_MESSAGE", size: func(int) int { return 100 }, refused: []int{5}, reason: sink.Invalid, code: kafka.InvalidMessage, fault: kerr.CorruptMessage},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := testenv.StartKafka(t, nil)
+			createTopic(t, k, "out", 2, map[string]string{"max.message.bytes": fmt.Sprint(limit)})
+			w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second})
+			defer w.Close()
+			count := countProduces(k, "out")
+			msgs := sourced(300, 2, 0)
+			for i := range msgs {
+				msgs[i].Value = bytes.Repeat([]byte{'v'}, tc.size(i))
+			}
+			// alone counts the refused requests that held the marked message
+			// alone.
+			var alone atomic.Int32
+			if tc.fault != nil {
+				match := withKey(string(msgs[tc.refused[0]].Key))
+				k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Err: tc.fault, Count: -1,
+					When: func(req kmsg.Request) bool {
+						if !match(req) {
+							return false
+						}
+						if records(req) == 1 {
+							alone.Add(1)
+						}
+						return true
+					}})
+			}
+
+			took, err := write(t, w, msgs)
+			if tc.refused == nil {
+				if err != nil {
+					t.Fatalf("Write: %v", err)
+				}
+			} else {
+				var we *sink.WriteError
+				if !errors.As(err, &we) {
+					t.Fatalf("Write returned %v, want a *sink.WriteError", err)
+				}
+				if we.Err != nil || len(we.Unacked) != 0 || !errors.Is(err, sink.ErrRejected) || errors.Is(err, sink.ErrPermanent) {
+					t.Fatalf("%v: want only rejections (Err %v, Unacked %v)", err, we.Err, we.Unacked)
+				}
+				var idx []int
+				for _, r := range we.Rejected {
+					idx = append(idx, r.Index)
+					if r.Reason != tc.reason || !errors.Is(r.Err, tc.code) {
+						t.Errorf("message %d rejected %v with %v, want %v with %v", r.Index, r.Reason, r.Err, tc.reason, tc.code)
+					}
+				}
+				if !slices.Equal(idx, tc.refused) {
+					t.Fatalf("rejected %v, want %v", idx, tc.refused)
+				}
+				t.Logf("%v", err)
+			}
+			n := copies(t, k, "out", msgs)
+			for i, m := range msgs {
+				want := 1
+				if slices.Contains(tc.refused, i) {
+					want = 0
+				}
+				if c := n[string(m.Key)]; c != want {
+					t.Errorf("message %d written %d times, want %d", i, c, want)
+				}
+			}
+			switch tc.fault {
+			case nil:
+				// kfake refuses a batch above max.message.bytes (checked by
+				// TestBrokerEnforcesMaxMessageBytes): one was sent and
+				// refused, and the messages were written all the same.
+				if largest := count.largest(); largest <= limit {
+					t.Fatalf("the largest batch sent was %d bytes: the broker refused nothing, the test tests nothing", largest)
+				}
+			case kerr.CorruptMessage:
+				if alone.Load() != 3 {
+					t.Errorf("the corrupt message was refused alone %d times, want 3", alone.Load())
+				}
+			default:
+				if alone.Load() != 1 {
+					t.Errorf("the invalid message was refused alone %d times, want 1", alone.Load())
+				}
+			}
+			t.Logf("%d messages (%d bytes of values): %d produce requests, %v", len(msgs), total(msgs), count.total(), took.Round(time.Millisecond))
+		})
+	}
+}
+
+func total(msgs []kafka.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Value)
+	}
+	return n
+}
+
+// The broker the tests run against, kfake, enforces a topic's
+// max.message.bytes set at creation on each record batch, as Kafka does:
+// another client (franz-go's) gets MESSAGE_TOO_LARGE for a record above
+// it, and its record below it is written (uncompressed: the broker
+// measures the batch as sent, compressed or not).
+func TestBrokerEnforcesMaxMessageBytes(t *testing.T) {
+	k := testenv.StartKafka(t, nil)
+	createTopic(t, k, "out", 1, map[string]string{"max.message.bytes": "10000"})
+	cl, err := kgo.NewClient(append(k.ClientOptions(), kgo.DefaultProduceTopic("out"), kgo.RecordRetries(1),
+		kgo.ProducerBatchCompression(kgo.NoCompression()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	big := cl.ProduceSync(ctx, &kgo.Record{Value: bytes.Repeat([]byte{'v'}, 20_000)}).FirstErr()
+	if !errors.Is(big, kerr.MessageTooLarge) {
+		t.Fatalf("a record of 20,000 bytes: %v, want MESSAGE_TOO_LARGE", big)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: bytes.Repeat([]byte{'v'}, 9_000)}).FirstErr(); err != nil {
+		t.Fatalf("a record of 9,000 bytes: %v", err)
+	}
+}
+
+// kafka-go refuses, before sending anything, a whole WriteMessages call
+// with a message larger than its BatchBytes. Write rejects such a message
+// without sending it and writes the others in one request; a message of
+// exactly MaxBatchBytes, as kafka-go counts, is sent.
+func TestLargerThanTheWriterLimit(t *testing.T) {
+	k := testenv.StartKafka(t, testenv.Topics{"out": 1})
+	w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second})
+	defer w.Close()
+	count := countProduces(k, "out")
+	msgs := sourced(3, 1, 10)
+	// kafka-go's count for a message with one header: crc, magic,
+	// attributes, timestamp (14), key and value with their int32 lengths,
+	// and the header count, key and value as varints with theirs.
+	fixed := 14 + 4 + len(msgs[0].Key) + 4 + 1 + 1 + len(record.SourceHeader) + 1 + len(msgs[0].Headers[0].Value)
+	msgs[0].Value = bytes.Repeat([]byte{'v'}, sink.MaxBatchBytes-fixed+1)
+	_, err := write(t, w, msgs)
+	var we *sink.WriteError
+	if !errors.As(err, &we) || we.Err != nil || len(we.Rejected) != 1 || we.Rejected[0].Index != 0 || we.Rejected[0].Reason != sink.TooLarge {
+		t.Fatalf("Write returned %v; want message 0 rejected TooLarge, the others written", err)
+	}
+	if count.total() != 1 {
+		t.Fatalf("%d produce requests, want 1: the too large one is not sent", count.total())
+	}
+	msgs[0].Value = msgs[0].Value[:len(msgs[0].Value)-1]
+	if _, err := write(t, w, msgs[:1]); err != nil {
+		t.Fatalf("a message of exactly MaxBatchBytes: %v", err)
+	}
+	n := copies(t, k, "out", msgs)
+	if n["m-0"] != 1 || n["m-1"] != 1 || n["m-2"] != 1 {
+		t.Fatalf("written %v, want each once", n)
+	}
+}
+
+// A failure retrying cannot mend returns at once: one produce request per
+// partition, no retries, every message unacknowledged, the broker's code
+// and ErrPermanent inside.
+func TestPermanentFailureReturnsAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		code error
+		// start starts the broker and returns it and the writer's SASL.
+		start func(t *testing.T) (*testenv.Kafka, *plain.Mechanism)
+	}{
+		{"no Write ACL", kafka.TopicAuthorizationFailed, func(t *testing.T) (*testenv.Kafka, *plain.Mechanism) {
+			k := testenv.StartKafka(t, testenv.Topics{"out": 2}, kfake.EnableSASL(), kfake.EnableACLs(),
+				kfake.Superuser("PLAIN", "admin", "admin-pw"),
+				// Describe lets the writer see the topic's partitions; it may
+				// not write.
+				kfake.User("PLAIN", "worker", "worker-pw", kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: "out",
+					Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationDescribe, Allow: true}))
+			k.WithClientOptions(kgo.SASL(kgoplain.Auth{User: "admin", Pass: "admin-pw"}.AsMechanism()))
+			return k, &plain.Mechanism{Username: "worker", Password: "worker-pw"}
+		}},
+		{"CLUSTER_AUTHORIZATION_FAILED", kafka.ClusterAuthorizationFailed, faulted(kerr.ClusterAuthorizationFailed)},
+		{"UNSUPPORTED_FOR_MESSAGE_FORMAT", kafka.UnsupportedForMessageFormat, faulted(kerr.UnsupportedForMessageFormat)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, mech := tc.start(t)
+			const timeout = 30 * time.Second
+			cfg := sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: timeout}
+			if mech != nil {
+				cfg.SASL = mech
+			}
+			w := sink.New(cfg)
+			defer w.Close()
+			count := countProduces(k, "out")
+			msgs := sourced(20, 2, 10)
+			took, err := write(t, w, msgs)
+			var we *sink.WriteError
+			if !errors.As(err, &we) {
+				t.Fatalf("Write returned %v, want a *sink.WriteError", err)
+			}
+			if !errors.Is(err, sink.ErrPermanent) || !errors.Is(err, tc.code) {
+				t.Fatalf("%v: want ErrPermanent and %v inside", err, tc.code)
+			}
+			if len(we.Unacked) != len(msgs) || len(we.Rejected) != 0 {
+				t.Errorf("Unacked %v, Rejected %v: want every message unacknowledged", we.Unacked, we.Rejected)
+			}
+			if count.requests(0) != 1 || count.requests(1) != 1 {
+				t.Errorf("%v produce requests per partition, want one each: no retry", count.parts)
+			}
+			if took > timeout/2 {
+				t.Errorf("Write took %v: it should not wait for its deadline (%v)", took, timeout)
+			}
+			t.Logf("returned in %v: %v", took.Round(time.Millisecond), err)
+			if !strings.Contains(err.Error(), "retrying cannot help") {
+				t.Errorf("%q does not say that retrying cannot help", err)
+			}
+		})
+	}
+}
+
+// faulted starts a broker that answers every produce request to out with
+// code.
+func faulted(code *kerr.Error) func(t *testing.T) (*testenv.Kafka, *plain.Mechanism) {
+	return func(t *testing.T) (*testenv.Kafka, *plain.Mechanism) {
+		k := testenv.StartKafka(t, testenv.Topics{"out": 2})
+		k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Err: code, Count: -1})
+		return k, nil
+	}
+}
