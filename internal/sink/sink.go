@@ -51,8 +51,9 @@ type Writer struct {
 	w       *kafka.Writer
 	timeout time.Duration
 	log     *zap.Logger
-	// splitLog reports batches split to find refused messages, sampled.
-	splitLog *zap.Logger
+	// sampled reports refused messages and the batches split to find
+	// them: at most one line of each kind per 10 s.
+	sampled *zap.Logger
 	// mu makes Writes one at a time: finding a refused message relies on
 	// a message sent alone being alone in its produce request.
 	mu sync.Mutex
@@ -75,7 +76,7 @@ func New(cfg Config) *Writer {
 	return &Writer{
 		timeout: cfg.Timeout,
 		log:     log,
-		splitLog: log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		sampled: log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 			return zapcore.NewSamplerWithOptions(c, 10*time.Second, 1, 0)
 		})),
 		w: &kafka.Writer{

@@ -90,7 +90,7 @@ func (w *Writer) Write(ctx context.Context, msgs []kafka.Message) error {
 		return nil
 	})
 	if s.splits > 0 {
-		w.splitLog.Warn("the topic refused batches for their size or content; split them to find the refused messages",
+		w.sampled.Warn("the topic refused batches for their size or content; split them to find the refused messages",
 			zap.Int("messages", len(msgs)), zap.Int("splits", s.splits), zap.Int("requests", s.calls), zap.Int("rejected", len(s.rejected)))
 	}
 	return s.result(ctx, err)
@@ -225,7 +225,7 @@ func (s *send) reject(i int, r Reason, err error) {
 	s.done[i] = true
 	s.rejected = append(s.rejected, Rejection{Index: i, Reason: r, Err: err})
 	m := &s.msgs[i]
-	s.w.log.Warn("the topic refused a message for its content; it is not written", zap.Int("index", i),
+	s.w.sampled.Warn("the topic refused a message for its content; it is not written", zap.Int("index", i),
 		zap.Stringer("reason", r), zap.ByteString("source", header(m, record.SourceHeader)), zap.Int("bytes", messageBytes(m)), zap.Error(err))
 }
 
