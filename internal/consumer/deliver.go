@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -10,29 +11,37 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
+	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/retry"
+	"dedupe-worker/internal/sink"
 )
 
 // deliver produces a decided batch's output and dead letters, retrying
-// until acknowledged or ctx ends, then commits its offsets.
+// what is not acknowledged until it is or ctx ends, then commits its
+// offsets. A forwarded event the output topic refuses for its content is
+// dead-lettered instead; a dead letter the dead-letter topic refuses stops
+// the worker.
 func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error {
 	batch, fetched := d.batch, d.fetched
-	write := func(p Producer, msgs []kafka.Message) func(context.Context) error {
-		return func(ctx context.Context) error {
-			err := p.Write(ctx, msgs)
-			if err != nil {
-				d.retried = true
-			}
-			return err
-		}
-	}
-	if err := w.retry(ctx, &w.delivering, StepProduce, topicOf(w.out), write(w.out, d.out)); err != nil {
+	refused, err := w.produce(ctx, d, w.out, StepProduce, d.out)
+	if err != nil {
 		return err
 	}
-	if err := w.retry(ctx, &w.delivering, StepDeadLetter, topicOf(w.dlq), write(w.dlq, d.dead)); err != nil {
+	for _, f := range refused {
+		d.dead = append(d.dead, refusedLetter(f))
+		w.m.deadLettered.WithLabelValues(refusedReason(f.Reason).String()).Inc()
+	}
+	forwarded := len(d.out) - len(refused)
+	refused, err = w.produce(ctx, d, w.dlq, StepDeadLetter, d.dead)
+	if err != nil {
 		return err
 	}
-	w.m.forwarded.Add(float64(len(d.out)))
+	if len(refused) > 0 {
+		f := refused[0]
+		return w.stageError(StepDeadLetter, topicOf(w.dlq), fmt.Errorf("%w: %d of them, the first from %s: %w",
+			ErrDeadLetterRefused, len(refused), sourceOf(&f.msg), f.Err))
+	}
+	w.m.forwarded.Add(float64(forwarded))
 	acked := time.Now()
 	latency := acked.Sub(fetched[0])
 	for _, f := range fetched {
@@ -46,7 +55,7 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	// it is tried three times only. A refused authorization stops the
 	// worker: it would never commit again.
 	tries := 0
-	err := retry.Do(ctx, commitBackoff, func(ctx context.Context) error {
+	err = retry.Do(ctx, commitBackoff, func(ctx context.Context) error {
 		tries++
 		cctx, cancel := context.WithTimeout(ctx, w.cfg.KafkaTimeout)
 		defer cancel()
@@ -73,6 +82,76 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	w.setLag(d.last, time.Now())
 	return nil
 }
+
+// refusal is a message its topic refused for its content.
+type refusal struct {
+	msg kafka.Message
+	sink.Rejection
+}
+
+// produce writes msgs with p, retrying (w.retry) only the messages not yet
+// acknowledged, until every one is acknowledged or refused for its
+// content; it returns the refused ones. It fails when ctx ends or on a
+// failure retrying cannot mend (a *StageError).
+func (w *Worker) produce(ctx context.Context, d *buffers, p Producer, step string, msgs []kafka.Message) ([]refusal, error) {
+	var refused []refusal
+	pending := msgs
+	err := w.retry(ctx, &w.delivering, step, topicOf(p), func(ctx context.Context) error {
+		err := p.Write(ctx, pending)
+		if err == nil {
+			return nil
+		}
+		d.retried = true
+		we, ok := errors.AsType[*sink.WriteError](err)
+		if !ok {
+			return err
+		}
+		for _, r := range we.Rejected {
+			refused = append(refused, refusal{pending[r.Index], r})
+		}
+		pending = we.Unacknowledged(pending)
+		return we.Err
+	})
+	return refused, err
+}
+
+// refusedLetter is the dead letter of a forwarded message its topic
+// refused: the message with its headers (the input's, dedupe-source,
+// dedupe-id), the reason and the broker's answer; without its value when
+// it was too large.
+func refusedLetter(f refusal) kafka.Message {
+	h := make([]kafka.Header, 0, len(f.msg.Headers)+2)
+	h = append(h, f.msg.Headers...)
+	h = append(h, kafka.Header{Key: record.ErrorHeader, Value: fmt.Appendf(nil, "the output topic refused it: %v", f.Err)},
+		kafka.Header{Key: record.ReasonHeader, Value: []byte(refusedReason(f.Reason).String())})
+	dl := kafka.Message{Key: f.msg.Key, Value: f.msg.Value, Headers: h, Time: f.msg.Time}
+	if f.Reason == sink.TooLarge {
+		dl.Value = nil
+	}
+	return dl
+}
+
+// refusedReason is the dead-letter reason of a message its topic refused.
+func refusedReason(r sink.Reason) record.Reason {
+	if r == sink.TooLarge {
+		return record.TooLarge
+	}
+	return record.Refused
+}
+
+// sourceOf is the dedupe-source of a message the worker wrote.
+func sourceOf(m *kafka.Message) string {
+	for _, h := range m.Headers {
+		if h.Key == record.SourceHeader {
+			return string(h.Value)
+		}
+	}
+	return "(no dedupe-source)"
+}
+
+// ErrDeadLetterRefused stops the worker: the dead-letter topic refused
+// dead letters for their content, and they have nowhere else to go.
+var ErrDeadLetterRefused = errors.New("the dead-letter topic refused dead letters for their content")
 
 // commitBackoff spaces the three tries of a commit.
 var commitBackoff = retry.Backoff{First: 100 * time.Millisecond, Max: 200 * time.Millisecond}

@@ -7,6 +7,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/sink"
 )
 
 // StageError is a failure that retrying cannot mend: a refused
@@ -40,7 +41,7 @@ func (e *StageError) Unwrap() error { return e.Err }
 func permanent(err error) bool {
 	return errors.Is(err, bloom.ErrInvalidElement) || errors.Is(err, kafka.TopicAuthorizationFailed) ||
 		errors.Is(err, kafka.GroupAuthorizationFailed) || errors.Is(err, kafka.ClusterAuthorizationFailed) ||
-		errors.As(err, new(*StageError))
+		errors.Is(err, sink.ErrPermanent) || errors.As(err, new(*StageError))
 }
 
 // stageError is err, permanent, as a *StageError of step with what to
@@ -61,6 +62,8 @@ func (w *Worker) stageError(step, topic string, err error) *StageError {
 		se.Check = "the worker's Kafka user needs Read on topic " + topic
 	case errors.Is(err, kafka.ClusterAuthorizationFailed):
 		se.Check = "the broker refused a cluster-level request; the worker needs no right on the cluster, so check which request (the error) and the broker's authorizer"
+	case errors.Is(err, ErrDeadLetterRefused):
+		se.Check = "the dead-letter topic must accept what the output topic does: check its max.message.bytes, cleanup.policy and message.timestamp settings against the output topic's"
 	case errors.Is(err, bloom.ErrInvalidElement):
 		se.Check = "the filter refused an element the worker built: a bug, please report it with this line"
 	}

@@ -78,7 +78,7 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	for v := bloom.FirstSeen; v <= bloom.Future; v++ {
 		m.verdicts.WithLabelValues(v.String())
 	}
-	for r := record.Other; r <= record.Future; r++ {
+	for _, r := range record.Reasons() {
 		m.deadLettered.WithLabelValues(r.String())
 	}
 	for _, s := range []string{StepFetch, StepStart, StepDecide, StepProduce, StepDeadLetter, StepCommit} {

@@ -60,9 +60,16 @@ type Filter interface {
 //   - Write returns nil only once every message is acknowledged by the
 //     broker (all in-sync replicas): the worker commits the input offsets
 //     after it.
-//   - On error some messages may have been written and others not; the
-//     worker writes the whole batch again, so copies are possible and
-//     carry the same dedupe-source (downstream counts by it).
+//   - Otherwise it returns a *sink.WriteError. Rejected are the messages
+//     the topic refused for their content (by index, with a sink.Reason):
+//     the worker dead-letters them (and stops if the dead-letter topic
+//     refuses one). Unacked are the messages neither acknowledged nor
+//     rejected: the worker writes those again, and only those. A message
+//     in Unacked may have been written all the same, so copies are
+//     possible and carry the same dedupe-source (downstream counts by it).
+//   - sink.ErrPermanent inside the error: retrying cannot help (a refused
+//     authorization, a topic configured so that no write can succeed); the
+//     worker stops.
 //   - Cancelling ctx makes Write return promptly with an error; it may
 //     still hold the messages in a request it abandoned, so the caller
 //     does not reuse their buffers.
@@ -219,8 +226,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	gl := Sampled(kl)
 	w.kafkaLog = gl
 	if err := w.retry(ctx, &w.fetching, StepStart, w.cfg.Topic, func(ctx context.Context) error {
+		// The Transport asks for the input topic by name: from a cache of
+		// all topics, a topic the user may not read would just be missing
+		// (unknown), not refused, and would be retried for ever.
 		cl := &kafka.Client{Addr: kafka.TCP(w.cfg.Brokers...), Timeout: w.cfg.KafkaTimeout,
-			Transport: &kafka.Transport{DialTimeout: w.cfg.KafkaTimeout, TLS: w.cfg.TLS, SASL: w.cfg.SASL, ClientID: ClientID(w.cfg.GroupID)}}
+			Transport: &kafka.Transport{DialTimeout: w.cfg.KafkaTimeout, TLS: w.cfg.TLS, SASL: w.cfg.SASL, ClientID: ClientID(w.cfg.GroupID),
+				MetadataTopics: []string{w.cfg.Topic}}}
 		defer cl.Transport.(*kafka.Transport).CloseIdleConnections()
 		set, err := SetStart(ctx, cl, w.cfg.GroupID, w.cfg.Topic, w.cfg.Start, w.cfg.KafkaTimeout)
 		if set {

@@ -86,10 +86,23 @@ const (
 	TooLarge
 	Late
 	Future
+	// Refused: the output topic refused the forwarded event as invalid
+	// (INVALID_RECORD, INVALID_TIMESTAMP, CORRUPT_MESSAGE).
+	Refused
 )
 
 var reasonLabels = [...]string{"other", "not_json", "too_deep", "no_id", "empty_id", "bad_id", "no_time", "bad_time", "invalid_utf8",
-	"too_large", "late", "future"}
+	"too_large", "late", "future", "refused"}
+
+// Reasons are all the reasons, in order: loops over them (metrics made at
+// 0, tests) use this rather than the last constant.
+func Reasons() []Reason {
+	rs := make([]Reason, len(reasonLabels))
+	for i := range rs {
+		rs[i] = Reason(i)
+	}
+	return rs
+}
 
 // String is the reason's label: the ReasonHeader value and the reason
 // label of dedupe_events_dead_lettered_total.

@@ -21,7 +21,7 @@ func TestSourceRoundTrip(t *testing.T) {
 
 func TestReasonLabels(t *testing.T) {
 	seen := map[string]bool{}
-	for r := Other; r <= Future; r++ {
+	for _, r := range Reasons() {
 		l := r.String()
 		if l == "" || seen[l] {
 			t.Errorf("reason %d: label %q empty or repeated", r, l)

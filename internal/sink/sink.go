@@ -103,6 +103,10 @@ func New(cfg Config) *Writer {
 				IdleTimeout: time.Minute,
 				TLS:         cfg.TLS,
 				SASL:        cfg.SASL,
+				// Ask for this topic by name. From a cache of all topics, one
+				// the user may not write (nor so describe) is simply missing:
+				// reported unknown and retried for ever, instead of refused.
+				MetadataTopics: []string{cfg.Topic},
 			},
 			Logger:      KafkaLogger(log, zapcore.DebugLevel),
 			ErrorLogger: KafkaLogger(log, zapcore.WarnLevel),

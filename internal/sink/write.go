@@ -17,9 +17,16 @@ import (
 // writeBackoff spaces Write's rounds of retries.
 var writeBackoff = retry.Backoff{First: 50 * time.Millisecond, Max: time.Second}
 
+// writeRounds is how many rounds Write sends the messages not acknowledged
+// before it returns them (Unacked), about 0.75 s of back-off: the caller
+// then knows its writes are failing (the worker turns not ready and counts
+// them) and calls again. It is more than corruptTries, so a message
+// refused as corrupt alone is rejected within one Write.
+const writeRounds = 5
+
 // Write produces msgs and returns nil once the broker has acknowledged
-// every one of them (all in-sync replicas). It gives up after
-// Config.Timeout, or when ctx ends.
+// every one of them (all in-sync replicas). It gives up after writeRounds
+// rounds of retries, after Config.Timeout, or when ctx ends.
 //
 // Until then it retries, itself, only the messages that were not
 // acknowledged: a message the broker acknowledged is never sent again by
@@ -39,9 +46,9 @@ var writeBackoff = retry.Backoff{First: 50 * time.Millisecond, Max: time.Second}
 // On error Write returns a *WriteError:
 //   - when every message was acknowledged but the rejected ones, Err is nil
 //     and Rejected lists them (index and Reason);
-//   - when the deadline passed with messages still failing (a leader move,
-//     a time-out, too few in-sync replicas, a lost connection), or ctx was
-//     cancelled, Unacked lists the messages neither acknowledged nor
+//   - when the rounds or the deadline ran out with messages still failing
+//     (a leader move, a time-out, too few in-sync replicas, a lost
+//     connection), or ctx was cancelled, Unacked lists the messages neither acknowledged nor
 //     rejected, and Err the last failure (with the context's error inside);
 //   - on a failure that retrying cannot mend, it returns at once, with
 //     ErrPermanent and the broker's error inside Err (errors.Is(err,
@@ -81,8 +88,9 @@ func (w *Writer) Write(ctx context.Context, msgs []kafka.Message) error {
 		}
 		s.next = append(s.next, i)
 	}
+	rounds := 0
 	err := retry.Do(ctx, writeBackoff, s.round, func(err error, wait time.Duration) error {
-		if errors.Is(err, ErrPermanent) {
+		if rounds++; errors.Is(err, ErrPermanent) || rounds >= writeRounds {
 			return err
 		}
 		w.log.Debug("write failed; retrying the messages not acknowledged", zap.Int("messages", len(s.next)),

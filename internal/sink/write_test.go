@@ -300,19 +300,26 @@ func TestTimeoutAfterTheWriteGivesACopy(t *testing.T) {
 	}
 }
 
-// A batch that keeps failing: Write gives up at its deadline, or when its
-// context is cancelled, and says which messages are not acknowledged:
-// exactly the failing partition's. Writing those again, once the broker
-// accepts them, leaves every message written once.
+// A batch that keeps failing: Write gives up after its rounds of retries,
+// at its deadline, or when its context is cancelled, and says which
+// messages are not acknowledged: exactly the failing partition's. Writing
+// those again, once the broker accepts them, leaves every message written
+// once.
 func TestUnacknowledgedAtTheDeadline(t *testing.T) {
-	for _, cancelled := range []bool{false, true} {
-		name := "deadline"
-		if cancelled {
-			name = "cancelled"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration // Write's
+		want    error         // the context's error inside, nil for none
+	}{
+		// The rounds' back-off comes to about 0.75 s.
+		{"rounds", 30 * time.Second, nil},
+		{"deadline", 300 * time.Millisecond, context.DeadlineExceeded},
+		{"cancelled", 30 * time.Second, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			k := testenv.StartKafka(t, testenv.Topics{"out": 3})
-			const timeout = 2 * time.Second
+			timeout := tc.timeout
+			cancelled := tc.want == context.Canceled
 			w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: timeout})
 			defer w.Close()
 			count := countProduces(k, "out")
@@ -337,12 +344,9 @@ func TestUnacknowledgedAtTheDeadline(t *testing.T) {
 			if !errors.Is(err, kafka.NotEnoughReplicas) {
 				t.Errorf("%v: want NOT_ENOUGH_REPLICAS inside", err)
 			}
-			wantCtx := context.DeadlineExceeded
-			if cancelled {
-				wantCtx = context.Canceled
-			}
-			if !errors.Is(err, wantCtx) || errors.Is(err, sink.ErrPermanent) || len(we.Rejected) != 0 {
-				t.Errorf("%v: want %v inside, nothing permanent, nothing rejected", err, wantCtx)
+			ctxErr := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+			if (tc.want == nil && ctxErr) || (tc.want != nil && !errors.Is(err, tc.want)) || errors.Is(err, sink.ErrPermanent) || len(we.Rejected) != 0 {
+				t.Errorf("%v: want %v inside, nothing permanent, nothing rejected", err, tc.want)
 			}
 			var want []int
 			for i := 1; i < len(msgs); i += 3 {
@@ -351,8 +355,11 @@ func TestUnacknowledgedAtTheDeadline(t *testing.T) {
 			if !slices.Equal(we.Unacked, want) {
 				t.Fatalf("Unacked %v, want partition 1's %v", we.Unacked, want)
 			}
-			if !cancelled && (took < timeout || took > timeout+timeout/2) {
+			switch {
+			case tc.want == context.DeadlineExceeded && (took < timeout || took > timeout+timeout/2):
 				t.Errorf("Write took %v with a timeout of %v", took, timeout)
+			case tc.want == nil && count.requests(1) != 5:
+				t.Errorf("partition 1: %d produce requests, want the 5 rounds", count.requests(1))
 			}
 			if got := count.requests(1); got < 2 {
 				t.Errorf("partition 1: %d produce requests; want it retried", got)
@@ -386,32 +393,6 @@ func TestUnacknowledgedAtTheDeadline(t *testing.T) {
 
 // createTopic makes topic with partitions and configs through a CreateTopics
 // request, as an operator would.
-func createTopic(t *testing.T, k *testenv.Kafka, topic string, partitions int32, configs map[string]string) {
-	t.Helper()
-	cl, err := kgo.NewClient(k.ClientOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, 1
-	for name, v := range configs {
-		c := kmsg.NewCreateTopicsRequestTopicConfig()
-		c.Name, c.Value = name, kmsg.StringPtr(v)
-		rt.Configs = append(rt.Configs, c)
-	}
-	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
-		t.Fatalf("creating %s: %v", topic, err)
-	}
-}
 
 // A topic whose max.message.bytes is 10,000 (set at creation, and enforced
 // by the broker on each batch, as Kafka does): small messages far above it
@@ -452,7 +433,7 @@ func TestRefusedForContent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := testenv.StartKafka(t, nil)
-			createTopic(t, k, "out", 2, map[string]string{"max.message.bytes": fmt.Sprint(limit)})
+			k.CreateTopic("out", 2, map[string]string{"max.message.bytes": fmt.Sprint(limit)})
 			w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second})
 			defer w.Close()
 			count := countProduces(k, "out")
@@ -549,7 +530,7 @@ func total(msgs []kafka.Message) int {
 // measures the batch as sent, compressed or not).
 func TestBrokerEnforcesMaxMessageBytes(t *testing.T) {
 	k := testenv.StartKafka(t, nil)
-	createTopic(t, k, "out", 1, map[string]string{"max.message.bytes": "10000"})
+	k.CreateTopic("out", 1, map[string]string{"max.message.bytes": "10000"})
 	cl, err := kgo.NewClient(append(k.ClientOptions(), kgo.DefaultProduceTopic("out"), kgo.RecordRetries(1),
 		kgo.ProducerBatchCompression(kgo.NoCompression()))...)
 	if err != nil {

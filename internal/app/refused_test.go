@@ -1,0 +1,107 @@
+package app
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"dedupe-worker/internal/clickstream"
+	"dedupe-worker/internal/consumer"
+	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/testenv"
+)
+
+// The output topic refuses the 600 kB events (its max.message.bytes is
+// 100,000): they are dead-lettered as too_large without their value; every
+// other event is forwarded once.
+func TestOutputRefusesLargeEvents(t *testing.T) {
+	k := testenv.StartKafka(t, testenv.Topics{"in": 2, "dlq": 1})
+	k.CreateTopic("out", 2, map[string]string{"max.message.bytes": "100000"})
+	srv := testenv.Redis(t)
+	recs, tr := clickstream.Generate(3000, 0.07, 0.01, 7)
+	k.Produce("in", recs...)
+	cfg := testenv.Config("refused", k.Addrs(), srv.Addr)
+	cfg.IDField, cfg.TimeField = "click_id", "ts"
+	r := testenv.StartReplica(t, cfg, Run, nil)
+	want := len(tr.Valid) - 1 // "big" is refused
+	var nout, ndead int
+	ok := testenv.Until(30*time.Second, func() bool {
+		nout, ndead = clickstream.DistinctSources(k.Read("out")), len(k.Read("dlq"))
+		return nout >= want && ndead >= tr.Malformed+1
+	})
+	if !ok {
+		t.Errorf("out %d distinct sources (want %d), dlq %d (want %d)", nout, want, ndead, tr.Malformed+1)
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	out, dead := k.Read("out"), k.Read("dlq")
+	ids := map[string]int{}
+	for _, rec := range out {
+		ids[clickstream.Header(rec, record.IDHeader)]++
+	}
+	for id := range tr.Valid {
+		if id == "big" {
+			if ids[id] != 0 {
+				t.Errorf("big forwarded %d times", ids[id])
+			}
+			continue
+		}
+		if ids[id] != 1 {
+			t.Errorf("%q forwarded %d times", id, ids[id])
+		}
+	}
+	big := 0
+	for _, rec := range dead {
+		if record.ParseReason(clickstream.Header(rec, record.ReasonHeader)) != record.TooLarge {
+			continue
+		}
+		big++
+		if len(rec.Value) != 0 || clickstream.Header(rec, record.SourceHeader) == "" || clickstream.Header(rec, record.IDHeader) != "big" {
+			t.Errorf("too_large dead letter: %d bytes of value, source %q, id %q", len(rec.Value), clickstream.Header(rec, record.SourceHeader), clickstream.Header(rec, record.IDHeader))
+		}
+		t.Logf("dead letter: %s", clickstream.Header(rec, record.ErrorHeader))
+	}
+	if big != 1 { // the second copy of "big" is a duplicate
+		t.Errorf("%d too_large dead letters, want 1", big)
+	}
+	t.Logf("out %d records, dlq %d (malformed %d)", len(out), len(dead), tr.Malformed)
+}
+
+// The dead-letter topic refuses a dead letter for its content: the worker
+// stops with a StageError naming it.
+func TestDeadLetterRefusedStopsTheWorker(t *testing.T) {
+	k := testenv.StartKafka(t, testenv.Topics{"in": 2, "out": 2, "dlq": 1})
+	srv := testenv.Redis(t)
+	recs, _ := clickstream.Generate(1000, 0.07, 0.01, 7)
+	k.Produce("in", recs...)
+	h := k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "dlq", Err: kerr.InvalidRecord, Count: -1, When: func(req kmsg.Request) bool {
+		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if bytes.Contains(rp.Records, []byte("not json")) {
+					return true
+				}
+			}
+		}
+		return false
+	}})
+	cfg := testenv.Config("dlqrefused", k.Addrs(), srv.Addr)
+	cfg.IDField, cfg.TimeField = "click_id", "ts"
+	r := testenv.StartReplica(t, cfg, Run, nil)
+	select {
+	case <-r.Done():
+	case <-time.After(time.Minute):
+		t.Fatalf("the worker did not stop (%d refusals)", h.Hits())
+	}
+	err := r.Err()
+	var se *consumer.StageError
+	if !errors.As(err, &se) || se.Step != consumer.StepDeadLetter || !errors.Is(err, consumer.ErrDeadLetterRefused) {
+		t.Fatalf("Run returned %v; want a StageError of %s with ErrDeadLetterRefused", err, consumer.StepDeadLetter)
+	}
+	t.Logf("%v", err)
+}

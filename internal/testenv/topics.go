@@ -1,0 +1,40 @@
+package testenv
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// CreateTopic creates topic with partitions and topic configs (for
+// example max.message.bytes, which the broker then enforces on every
+// batch), and fails the test if the broker does not within 10 s.
+func (k *Kafka) CreateTopic(topic string, partitions int32, configs map[string]string) {
+	k.t.Helper()
+	cl, err := kgo.NewClient(k.ClientOptions()...)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, 1
+	for name, v := range configs {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = name, kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, c)
+	}
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		k.t.Fatalf("creating %s: %v", topic, err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		k.t.Fatalf("creating %s: %v", topic, err)
+	}
+}
