@@ -223,7 +223,8 @@ scrape_configs:
 		}
 	}
 	for _, want := range []string{"DedupeLagNearBound", "DedupeEventsBeyondLagBound", "DedupeFalsePositiveRateAboveTarget",
-		"DedupeWindowGrowing", "DedupeWindowCapped", "DedupeReplicasNotReady", "DedupeErrors"} {
+		"DedupeWindowGrowing", "DedupeWindowCapped", "DedupeReplicasNotReady", "DedupeErrors",
+		"DedupeRedisEvictedKeys", "DedupeRedisEvictionPolicyUnsafe"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("rule %s not loaded (got %v)", want, names)
 		}

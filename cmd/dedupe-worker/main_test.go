@@ -258,3 +258,29 @@ func TestBinarySIGTERMWhenNothingCanFinish(t *testing.T) {
 	}
 	t.Logf("exited 1, %v after SIGTERM (bound %v)", took.Round(time.Millisecond), bound)
 }
+
+// The binary against a Redis at volatile-lru: exit code 1 and one line,
+// logged with "exiting", naming the server, the policy and the setting.
+func TestBinaryRefusesEvictingPolicy(t *testing.T) {
+	bin := build(t)
+	k := testenv.StartKafka(t, testenv.Topics{"in": 1, "out": 1, "dlq": 1})
+	srv := testenv.Redis(t, "--maxmemory-policy", "volatile-lru")
+	cmd, stderr := startBinary(t, bin, baseEnv(strings.Join(k.Addrs(), ","), srv.Addr, redisproc.FreeAddr()))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("still running after 60s; stderr:\n%s", stderr.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("exit %v, want 1; stderr:\n%s", err, stderr.String())
+	}
+	msg := strings.TrimSpace(stderr.String())
+	if strings.Count(msg, "\n") != 0 || !strings.Contains(msg, "exiting") || !strings.Contains(msg, srv.Addr+" has maxmemory-policy volatile-lru") ||
+		!strings.Contains(msg, "set maxmemory-policy noeviction") {
+		t.Fatalf("stderr %q: want one line naming the server, the policy and the setting", msg)
+	}
+}
