@@ -6,6 +6,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"dedupe-worker/internal/clickstream"
+	"dedupe-worker/internal/record"
 )
 
 // exited waits up to limit for worker i to exit by itself, and returns its
@@ -66,4 +70,33 @@ func TestDeadStage(t *testing.T) {
 		r.start(1)
 		return 1, r.recoveredAfter(func() { r.feed(events / 8) }, 60*time.Second)
 	})
+}
+
+// The output topic refuses records for their size: its max.message.bytes
+// is 300,000, and the input holds two valid 600 kB events with one ID.
+// The first is dead-lettered (too_large, without its value), its copy is
+// a duplicate, and every other event is forwarded: the partitions move on.
+func TestRefusedRecord(t *testing.T) {
+	r := newRig(t)
+	r.k.SetTopicConfig(outTopic, "max.message.bytes", "300000")
+	r.mutate = func(recs []*kgo.Record, tr *clickstream.Truth) []*kgo.Record {
+		// "big" is the generator's 600 kB event: a dead letter without its
+		// value, not an output.
+		delete(tr.Valid, "big")
+		tr.Bad[""] = true
+		tr.Malformed++
+		return recs
+	}
+	run(t, "refused record", r, 2, everything, func(r *rig) (int, time.Duration) {
+		return 1, r.recovered(30 * time.Second)
+	})
+	tooLarge := 0
+	for _, rec := range r.k.Read(dlqTopic) {
+		if record.ParseReason(clickstream.Header(rec, record.ReasonHeader)) == record.TooLarge {
+			tooLarge++
+		}
+	}
+	if tooLarge != 1 {
+		t.Errorf("%d too_large dead letters, want 1 (the first 600 kB event)", tooLarge)
+	}
 }

@@ -38,3 +38,31 @@ func (k *Kafka) CreateTopic(topic string, partitions int32, configs map[string]s
 		k.t.Fatalf("creating %s: %v", topic, err)
 	}
 }
+
+// SetTopicConfig sets one config of topic (IncrementalAlterConfigs), for
+// example a smaller max.message.bytes, and fails the test if the broker
+// does not within 10 s.
+func (k *Kafka) SetTopicConfig(topic, name, value string) {
+	k.t.Helper()
+	cl, err := kgo.NewClient(k.ClientOptions()...)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, topic
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Op, c.Value = name, kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr(value)
+	res.Configs = append(res.Configs, c)
+	req.Resources = append(req.Resources, res)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		k.t.Fatalf("setting %s of %s: %v", name, topic, err)
+	}
+	if err := kerr.ErrorForCode(resp.Resources[0].ErrorCode); err != nil {
+		k.t.Fatalf("setting %s of %s: %v", name, topic, err)
+	}
+}
