@@ -3,7 +3,6 @@ package app
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/consumer"
 	"dedupe-worker/internal/record"
-	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/testenv"
 )
 
@@ -116,9 +114,9 @@ func TestOutOfMemoryUnderNoeviction(t *testing.T) {
 	produceIDs(k, 0, 500)
 	testenv.Eventually(t, limit, "ready with 1000 forwarded and 500 duplicates dropped", func() bool { return settled(1000, 500)() && r.Ready() })
 
-	fillRedis(t, admin)
+	testenv.FillRedis(t, admin)
 	filled := time.Now()
-	rejected0, failed0 := scriptStat(t, admin, "rejected_calls"), scriptStat(t, admin, "failed_calls")
+	rejected0, failed0 := testenv.ScriptStat(t, admin, "rejected_calls"), testenv.ScriptStat(t, admin, "failed_calls")
 	// e500..e1499 (half copies of the first part), and copies of
 	// e1000..e1499.
 	produceIDs(k, 500, 1500)
@@ -143,7 +141,7 @@ func TestOutOfMemoryUnderNoeviction(t *testing.T) {
 	}
 	// Refused before running (rejected), never failing inside (failed):
 	// nothing of a batch is written.
-	if rej, fail := scriptStat(t, admin, "rejected_calls")-rejected0, scriptStat(t, admin, "failed_calls")-failed0; rej < 5 || fail != 0 {
+	if rej, fail := testenv.ScriptStat(t, admin, "rejected_calls")-rejected0, testenv.ScriptStat(t, admin, "failed_calls")-failed0; rej < 5 || fail != 0 {
 		t.Fatalf("script calls over maxmemory: %d rejected, %d failed inside; want 5 or more rejected and none failed", rej, fail)
 	}
 
@@ -199,69 +197,4 @@ func configSet(t testing.TB, c *redis.Client, param, value string) {
 	if err := c.ConfigSet(t.Context(), param, value).Err(); err != nil {
 		t.Fatalf("CONFIG SET %s %s: %v", param, value, err)
 	}
-}
-
-// fillRedis writes keys of 256 kB without expiry until Redis refuses one
-// for want of memory, and checks that its used memory is then over
-// maxmemory. Each key is made by a small SETRANGE, so the last one
-// accepted takes Redis past its limit.
-func fillRedis(t testing.TB, c *redis.Client) {
-	t.Helper()
-	for i := 0; ; i++ {
-		if i == 1000 {
-			t.Fatal("1000 keys of 256 kB and no OOM: is maxmemory set?")
-		}
-		err := c.SetRange(t.Context(), fmt.Sprintf("junk:%d", i), 256<<10, "x").Err()
-		if err == nil {
-			continue
-		}
-		if !strings.HasPrefix(err.Error(), "OOM") {
-			t.Fatal(err)
-		}
-		break
-	}
-	used, err := redisproc.InfoField(t.Context(), c, "memory", "used_memory")
-	if err != nil {
-		t.Fatal(err)
-	}
-	limit, err := redisproc.InfoField(t.Context(), c, "memory", "maxmemory")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, _ := strconv.ParseInt(used, 10, 64)
-	l, _ := strconv.ParseInt(limit, 10, 64)
-	if l == 0 || u <= l {
-		t.Fatalf("used memory %d after an OOM refusal, maxmemory %d", u, l)
-	}
-}
-
-// scriptStat is a field of INFO commandstats (calls, rejected_calls,
-// failed_calls) summed over EVALSHA and EVAL.
-func scriptStat(t testing.TB, c *redis.Client, field string) int64 {
-	t.Helper()
-	info, err := c.Info(t.Context(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum int64
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		stats, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
-		if !ok {
-			stats, ok = strings.CutPrefix(line, "cmdstat_eval:")
-		}
-		if !ok {
-			continue
-		}
-		for _, kv := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, field+"="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					t.Fatalf("%s: %v", line, err)
-				}
-				sum += n
-			}
-		}
-	}
-	return sum
 }

@@ -1,14 +1,11 @@
 package app
 
 import (
-	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"dedupe-worker/internal/clickstream"
@@ -58,7 +55,9 @@ func TestDeadStageStopsTheWorker(t *testing.T) {
 	if refusal.Refused() == 0 {
 		t.Fatal("no produce was refused: the fault did not happen")
 	}
-	calls := scriptCalls(t, rc)
+	// The calls less the failed ones: an EVALSHA answered NOSCRIPT, which
+	// go-redis follows with an EVAL.
+	calls := testenv.ScriptStat(t, rc, "calls") - testenv.ScriptStat(t, rc, "failed_calls")
 	if calls == 0 || calls > 3 {
 		t.Errorf("%d test-and-set calls for %d input batches; want 1 to 3 (the batches in hand when the output refused)", calls, len(recs)/cfg.BatchSize)
 	}
@@ -80,35 +79,4 @@ func TestDeadStageStopsTheWorker(t *testing.T) {
 		t.Errorf("decided everything: %v; %v", decided, rep)
 	}
 	t.Logf("after the restart: %v", rep)
-}
-
-// scriptCalls is how many scripts (EVALSHA and EVAL) the server has run:
-// the calls less the failed ones (an EVALSHA answered NOSCRIPT, which
-// go-redis follows with an EVAL).
-func scriptCalls(t *testing.T, rc *redis.Client) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	info, err := rc.InfoMap(ctx, "commandstats").Result()
-	if err != nil {
-		t.Fatalf("INFO commandstats: %v", err)
-	}
-	n := 0
-	for _, cmd := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
-		for f := range strings.SplitSeq(info["Commandstats"][cmd], ",") {
-			name, v, _ := strings.Cut(f, "=")
-			if name != "calls" && name != "failed_calls" {
-				continue
-			}
-			c, err := strconv.Atoi(v)
-			if err != nil {
-				t.Fatalf("INFO commandstats %s: %q", cmd, info["Commandstats"][cmd])
-			}
-			if name == "failed_calls" {
-				c = -c
-			}
-			n += c
-		}
-	}
-	return n
 }

@@ -16,23 +16,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/testenv"
 )
-
-// infoInt is an integer field of one INFO section of c's server.
-func infoInt(t testing.TB, c *redis.Client, section, field string) int64 {
-	t.Helper()
-	v, err := redisproc.InfoField(t.Context(), c, section, field)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		t.Fatalf("INFO %s %s: %q", section, field, v)
-	}
-	return n
-}
 
 // A policy changed while the worker runs: the next maintenance pass finds
 // it, the filter is unhealthy (logged once at error level with the server
@@ -60,7 +45,7 @@ func TestMaintainWatchesEvictionPolicy(t *testing.T) {
 	}
 	// passes counts maintenance passes by the EXISTS calls they make: one
 	// per shard for each of the two windows preallocated.
-	passes := func() int64 { return commandStat(t, c, "exists", "calls") / int64(2*f.Plan().Shards) }
+	passes := func() int64 { return testenv.CommandStat(t, c, "exists", "calls") / int64(2*f.Plan().Shards) }
 
 	testenv.Eventually(t, limit, "the first pass: the policy gauge at 1", func() bool { v, ok := safe(); return ok && v == 1 })
 	if !f.Healthy() {
@@ -96,7 +81,7 @@ func TestMaintainWatchesEvictionPolicy(t *testing.T) {
 	// Under an evicting policy at its limit Redis evicts: the gauge shows
 	// what INFO counts.
 	configSet(t, c, "maxmemory-policy", "allkeys-random")
-	used := infoInt(t, c, "memory", "used_memory")
+	used := testenv.InfoInt(t, c, "memory", "used_memory")
 	configSet(t, c, "maxmemory", strconv.FormatInt(used+200_000, 10))
 	for i := range 100 {
 		if err := c.Set(t.Context(), fmt.Sprintf("junk:%d", i), strings.Repeat("x", 10_000), 0).Err(); err != nil {
@@ -104,7 +89,7 @@ func TestMaintainWatchesEvictionPolicy(t *testing.T) {
 		}
 	}
 	configSet(t, c, "maxmemory", "0") // no more evictions from here on
-	evicted := infoInt(t, c, "stats", "evicted_keys")
+	evicted := testenv.InfoInt(t, c, "stats", "evicted_keys")
 	if evicted == 0 {
 		t.Fatal("nothing evicted: the test did not fill Redis")
 	}
@@ -183,11 +168,13 @@ func TestOutOfMemoryRefusedWhole(t *testing.T) {
 		t.Fatal("no keys after the first batch")
 	}
 
-	fillRedis(t, c)
+	testenv.FillRedis(t, c)
 	rejected := func() int64 {
-		return commandStat(t, c, "evalsha", "rejected_calls") + commandStat(t, c, "eval", "rejected_calls")
+		return testenv.CommandStat(t, c, "evalsha", "rejected_calls") + testenv.CommandStat(t, c, "eval", "rejected_calls")
 	}
-	ran := func() int64 { return commandStat(t, c, "evalsha", "calls") + commandStat(t, c, "eval", "calls") }
+	ran := func() int64 {
+		return testenv.CommandStat(t, c, "evalsha", "calls") + testenv.CommandStat(t, c, "eval", "calls")
+	}
 	rejectedBefore, ranBefore := rejected(), ran()
 	for range 3 {
 		v, err := f.TestAndSet(ctx, second)
@@ -223,31 +210,6 @@ func TestOutOfMemoryRefusedWhole(t *testing.T) {
 	}
 }
 
-// fillRedis writes junk keys without expiry until Redis refuses a write
-// for want of memory, and checks that its used memory is then over
-// maxmemory. Each SETRANGE is a small command that makes a 256 kB value,
-// so the last one accepted takes Redis past its limit.
-func fillRedis(t testing.TB, c *redis.Client) {
-	t.Helper()
-	for i := 0; ; i++ {
-		if i == 1000 {
-			t.Fatal("1000 junk keys of 256 kB and no OOM: is maxmemory set?")
-		}
-		err := c.SetRange(t.Context(), fmt.Sprintf("junk:%d", i), 256<<10, "x").Err()
-		if err == nil {
-			continue
-		}
-		if !strings.HasPrefix(err.Error(), "OOM") {
-			t.Fatal(err)
-		}
-		break
-	}
-	used, limit := infoInt(t, c, "memory", "used_memory"), infoInt(t, c, "memory", "maxmemory")
-	if used <= limit {
-		t.Fatalf("used memory %d after an OOM refusal, maxmemory %d", used, limit)
-	}
-}
-
 // junkKeys are the keys fillRedis wrote.
 func junkKeys(t testing.TB, c *redis.Client) []string {
 	t.Helper()
@@ -256,33 +218,6 @@ func junkKeys(t testing.TB, c *redis.Client) []string {
 		t.Fatalf("junk keys: %v, %v", keys, err)
 	}
 	return keys
-}
-
-// commandStat is one field of a command's line in INFO commandstats (calls,
-// rejected_calls, failed_calls), 0 if the command never ran.
-func commandStat(t testing.TB, c *redis.Client, command, field string) int64 {
-	t.Helper()
-	info, err := c.Info(t.Context(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":")
-		if !ok {
-			continue
-		}
-		for _, kv := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, field+"="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					t.Fatalf("cmdstat_%s: %v", command, err)
-				}
-				return n
-			}
-		}
-		t.Fatalf("cmdstat_%s has no %s: %s", command, field, line)
-	}
-	return 0
 }
 
 // Over maxmemory under noeviction the maintenance's writes fail too: a
@@ -326,7 +261,7 @@ func TestMaintenanceRetriesOutOfMemory(t *testing.T) {
 	}
 	next := f.FilterKey(0, f.Windows().Bucket(now.Add(f.Windows().Length)))
 
-	fillRedis(t, c)
+	testenv.FillRedis(t, c)
 	reg := prometheus.NewRegistry()
 	g := NewGauges(reg, "test")
 	core, logs := observer.New(zapcore.WarnLevel)

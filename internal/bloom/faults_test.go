@@ -3,12 +3,10 @@ package bloom
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 
 	"dedupe-worker/internal/testenv"
 )
@@ -77,9 +75,9 @@ func TestFaultsThenRetry(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	evals := commandCalls(t, c, "eval")
+	evals := testenv.CommandStat(t, c, "eval", "calls")
 	retry(1, fresh)
-	if n := commandCalls(t, c, "eval"); n != evals+1 {
+	if n := testenv.CommandStat(t, c, "eval", "calls"); n != evals+1 {
 		t.Fatalf("EVAL ran %d times for the batch after SCRIPT FLUSH, want once (the fallback from NOSCRIPT)", n-evals)
 	}
 
@@ -88,7 +86,7 @@ func TestFaultsThenRetry(t *testing.T) {
 	// and must replay its decisions. (Had the retry come first, it would
 	// decide afresh, and the stalled call would replay those: the retry
 	// agrees with a fault-free run either way.)
-	scripts := commandCalls(t, c, "evalsha") + commandCalls(t, c, "eval")
+	scripts := testenv.CommandStat(t, c, "evalsha", "calls") + testenv.CommandStat(t, c, "eval", "calls")
 	if err := srv.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +99,7 @@ func TestFaultsThenRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 10*time.Second, "the stalled call to run after SIGCONT", func() bool {
-		return commandCalls(t, c, "evalsha")+commandCalls(t, c, "eval") > scripts
+		return testenv.CommandStat(t, c, "evalsha", "calls")+testenv.CommandStat(t, c, "eval", "calls") > scripts
 	})
 	retry(2, replayed)
 
@@ -148,31 +146,4 @@ func TestFaultsThenRetry(t *testing.T) {
 		}
 	}
 	assertAllKeysExpire(t, c)
-}
-
-// commandCalls is how many times the server behind c has run command
-// (INFO commandstats), 0 if never.
-func commandCalls(t testing.TB, c *redis.Client, command string) int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":")
-		if !ok {
-			continue
-		}
-		for _, kv := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					t.Fatalf("cmdstat_%s: %v", command, err)
-				}
-				return n
-			}
-		}
-		t.Fatalf("cmdstat_%s has no calls: %s", command, line)
-	}
-	return 0
 }
