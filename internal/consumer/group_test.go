@@ -30,16 +30,16 @@ import (
 //     every abandoned join leaves one more member behind. The test
 //     watches one period; in the fault suite's crash burst this lasted
 //     minutes.
-//   - With groupTimingsFor(10 s), two and three readers leave the timer
+//   - With GroupTimingsFor(10 s), two and three readers leave the timer
 //     a gap longer than the rebalance timeout within one join period: the
 //     dead member is removed and the group becomes stable with exactly
 //     the live readers.
 func TestGroupOutlivesDeadMember(t *testing.T) {
-	before := groupTimings{Session: 10 * time.Second, Heartbeat: 2 * time.Second, Rebalance: 10 * time.Second, JoinBackoff: 500 * time.Millisecond}
-	now := groupTimingsFor(10 * time.Second)
+	before := GroupTimings{Session: 10 * time.Second, Heartbeat: 2 * time.Second, Rebalance: 10 * time.Second, JoinBackoff: 500 * time.Millisecond}
+	now := GroupTimingsFor(10 * time.Second)
 	for _, c := range []struct {
 		name    string
-		g       groupTimings
+		g       GroupTimings
 		readers int
 		stalls  bool
 	}{
@@ -50,9 +50,7 @@ func TestGroupOutlivesDeadMember(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := newGroupRig(t)
 			r.deadMember()
-			// The period of one reader's joins while the group waits, at
-			// least: kafka-go's deadline, then its back-off.
-			period := kafkaGoTimeout + c.g.Rebalance + c.g.JoinBackoff
+			period := c.g.JoinPeriod()
 			start := time.Now()
 			var last time.Time
 			for i := range c.readers {
@@ -184,7 +182,7 @@ func (r *groupRig) deadMember() {
 // startReader starts a reader of the group with the timings g, closed
 // when the test ends, after the broker: a reader whose join the broker
 // holds would otherwise wait for its deadline to close.
-func (r *groupRig) startReader(g groupTimings) {
+func (r *groupRig) startReader(g GroupTimings) {
 	cfg := Config{Brokers: r.k.Addrs(), Topic: groupTopic, GroupID: groupName, BatchSize: 100, KafkaTimeout: 5 * time.Second}
 	rd := kafka.NewReader(readerConfig(cfg, g, testenv.Logger(r.t, zapcore.ErrorLevel)))
 	r.t.Cleanup(func() { rd.Close() })

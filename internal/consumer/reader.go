@@ -14,12 +14,12 @@ import (
 // committed by deliver, synchronously, once per batch; gl logs what
 // kafka-go reports.
 func (w *Worker) newReader(gl *zap.Logger) *kafka.Reader {
-	return kafka.NewReader(readerConfig(w.cfg, groupTimingsFor(w.cfg.SessionTimeout), gl))
+	return kafka.NewReader(readerConfig(w.cfg, GroupTimingsFor(w.cfg.SessionTimeout), gl))
 }
 
 // readerConfig is the configuration of the reader of cfg's topic, in
 // cfg's group, with the group timings g.
-func readerConfig(cfg Config, g groupTimings, gl *zap.Logger) kafka.ReaderConfig {
+func readerConfig(cfg Config, g GroupTimings, gl *zap.Logger) kafka.ReaderConfig {
 	return kafka.ReaderConfig{
 		Brokers:  cfg.Brokers,
 		GroupID:  cfg.GroupID,
@@ -49,8 +49,9 @@ func readerConfig(cfg Config, g groupTimings, gl *zap.Logger) kafka.ReaderConfig
 	}
 }
 
-// groupTimings are the reader's consumer-group timings.
-type groupTimings struct {
+// GroupTimings are the reader's consumer-group timings (see
+// GroupTimingsFor).
+type GroupTimings struct {
 	// Session is how long the coordinator keeps a member that sends
 	// nothing: how long a replica that died holds its partitions.
 	Session time.Duration
@@ -66,6 +67,10 @@ type groupTimings struct {
 	JoinBackoff time.Duration
 }
 
+// JoinPeriod is how often, at least, a member re-sends its JoinGroup while
+// the coordinator holds it: kafka-go's deadline for it, then the back-off.
+func (g GroupTimings) JoinPeriod() time.Duration { return kafkaGoTimeout + g.Rebalance + g.JoinBackoff }
+
 const (
 	// kafkaGoTimeout is kafka-go's own deadline for a group request
 	// (ConsumerGroupConfig.Timeout's default, which ReaderConfig cannot
@@ -77,11 +82,11 @@ const (
 	// loaded machine takes some hundreds of milliseconds to stop its
 	// partition readers, find the coordinator and rejoin.
 	minRebalanceTimeout = time.Second
-	// joinBackoff is groupTimings.JoinBackoff.
+	// joinBackoff is GroupTimings.JoinBackoff.
 	joinBackoff = time.Second
 )
 
-// groupTimingsFor derives the group timings from the session timeout S
+// GroupTimingsFor derives the group timings from the session timeout S
 // (DEDUPE_KAFKA_SESSION_TIMEOUT, 10 s by default):
 //
 //	heartbeat      S/10             1 s at S = 10 s
@@ -120,8 +125,8 @@ const (
 // at S = 10 s, P = 8.5 s against 2·R = 5 s for two replicas and 3·R =
 // 7.5 s for three; four would need S ≤ 8 s. The timings before (R = S,
 // B = 0.5 s: P = 15.5 s against 2·R = 20 s) let two replicas stall.
-func groupTimingsFor(session time.Duration) groupTimings {
-	return groupTimings{
+func GroupTimingsFor(session time.Duration) GroupTimings {
+	return GroupTimings{
 		Session:     session,
 		Heartbeat:   session / 10,
 		Rebalance:   max(session/4, minRebalanceTimeout),

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -378,6 +379,51 @@ func (r *rig) uncommitted() (int64, error) {
 		left += end - max(committed[p], 0)
 	}
 	return left, nil
+}
+
+// groupState is the workers' group as the coordinator describes it: its
+// state and the process ID of each member (the Kafka client ID of a
+// worker ends with it).
+func (r *rig) groupState() (state string, pids []int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{group}
+	resp, err := req.RequestWith(ctx, r.admin)
+	if err != nil {
+		return "", nil, fmt.Errorf("describing group %s: %w", group, err)
+	}
+	if len(resp.Groups) != 1 {
+		return "", nil, fmt.Errorf("describing group %s: %d groups in the answer", group, len(resp.Groups))
+	}
+	g := resp.Groups[0]
+	if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+		return "", nil, fmt.Errorf("describing group %s: %w", group, err)
+	}
+	for _, m := range g.Members {
+		pid, _ := strconv.Atoi(m.ClientID[strings.LastIndexByte(m.ClientID, '.')+1:])
+		pids = append(pids, pid)
+	}
+	slices.Sort(pids)
+	return g.State, pids, nil
+}
+
+// livePids are the process IDs of the workers running now, in order.
+func (r *rig) livePids() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pids := make([]int, 0, len(r.workers))
+	for _, w := range r.workers {
+		pids = append(pids, w.cmd.Process.Pid)
+	}
+	slices.Sort(pids)
+	return pids
+}
+
+// noteRecovery records a recovery that a scenario measured its own way.
+func (r *rig) noteRecovery(d time.Duration) {
+	r.tries++
+	r.recoveries = append(r.recoveries, d.Round(time.Millisecond))
 }
 
 // usedUp reports whether the workers have decided all the input produced
