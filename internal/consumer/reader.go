@@ -78,16 +78,18 @@ const (
 	// timeout.
 	kafkaGoTimeout = 5 * time.Second
 	// minRebalanceTimeout is the least rebalance timeout, for session
-	// timeouts below 4 s (the tests' and the demo's): a member of a
-	// loaded machine takes some hundreds of milliseconds to stop its
-	// partition readers, find the coordinator and rejoin.
+	// timeouts below 4 s (the tests' 1 and 2 s, the demo's 3 s): a member
+	// on a loaded machine needs time to stop its partition readers, find
+	// the coordinator and rejoin, and the fault suite (S = 1 s) keeps the
+	// rebalance timeout it ran with before.
 	minRebalanceTimeout = time.Second
 	// joinBackoff is GroupTimings.JoinBackoff.
 	joinBackoff = time.Second
 )
 
 // GroupTimingsFor derives the group timings from the session timeout S
-// (DEDUPE_KAFKA_SESSION_TIMEOUT, 10 s by default):
+// (DEDUPE_KAFKA_SESSION_TIMEOUT, 10 s by default), which it leaves as it
+// is:
 //
 //	heartbeat      S/10             1 s at S = 10 s
 //	rebalance      max(S/4, 1 s)    2.5 s
@@ -104,10 +106,12 @@ const (
 // leaves 1.5 s at S = 10 s for that rejoin after the heartbeat that
 // reports it. A member that misses it is removed, gets UNKNOWN_MEMBER_ID
 // and joins again as a new member after the back-off: one more
-// rebalance, no loss. A member that died while a rebalance waits holds
-// it up to the rebalance timeout, not the session timeout. The back-off
-// delays each rejoin after a failed join (after a coordinator moved, or
-// after such a removal) by 1 s.
+// rebalance, no loss. A member that dies while a rebalance waits holds
+// it up to the rebalance timeout, not the session timeout. The JoinGroup
+// deadline, 5 s + 2.5 s, still covers the 3 s Kafka waits before it
+// answers the first join of an empty group. The back-off delays each
+// rejoin after a failed join (the coordinator moved, or the member was
+// removed) by 1 s.
 //
 // On the test broker (kfake, which the tests, the demo and the fault
 // suite run on). Its coordinator restarts the rebalance timer at every
@@ -123,8 +127,9 @@ const (
 // burst of the fault suite). The largest gap is at least P/N, so the
 // timer fires within one period if P > N·R, that is R < (5 s + B)/(N-1):
 // at S = 10 s, P = 8.5 s against 2·R = 5 s for two replicas and 3·R =
-// 7.5 s for three; four would need S ≤ 8 s. The timings before (R = S,
-// B = 0.5 s: P = 15.5 s against 2·R = 20 s) let two replicas stall.
+// 7.5 s for three; four would need S below 8 s. The timings before (R =
+// S, B = 0.5 s: P = 15.5 s against 2·R = 20 s) let two replicas stall,
+// and R = 4 s (P = 9.5 s) holds for two replicas but not for three.
 func GroupTimingsFor(session time.Duration) GroupTimings {
 	return GroupTimings{
 		Session:     session,

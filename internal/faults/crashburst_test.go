@@ -19,11 +19,15 @@ import (
 // each kill, with the production session timeout of 10 s. Replicas die
 // at every step of the group protocol: reading, with a JoinGroup waiting
 // at the coordinator, between join and sync, before their first join.
+// The rig expires the members of killed processes that the broker never
+// timed, as a Kafka coordinator would (see expireKilled); the joins that
+// live replicas give up are left to the broker.
 // The group must be stable again, with exactly the live replicas, and
 // all the input committed, within the bounds of crashBurstBounds after
 // the last kill. On the test broker, whose rebalance timer every
-// JoinGroup restarts, the timings before groupTimingsFor let the joins
-// of the live replicas keep the dead members in the group for minutes.
+// JoinGroup restarts, the timings before consumer.GroupTimingsFor let
+// the joins of the live replicas keep dead members in the group for
+// minutes.
 func TestCrashBurst(t *testing.T) {
 	// Each run of the test (go test -count) draws other kills.
 	crashBurstRuns++
@@ -55,10 +59,10 @@ const (
 // committed, from the group timings at the scenario's session timeout S
 // (rebalance timeout R, join period P: see consumer.GroupTimingsFor):
 //   - the killed replica restarts within 2 s;
-//   - the members killed while they heartbeated expire within S;
-//   - those killed with a JoinGroup at the coordinator have no session
-//     timer on the test broker, and leave when its rebalance timer fires:
-//     within one P once the live members only re-send their joins;
+//   - the members of killed processes are removed within S: by the
+//     broker's session timer, its rebalance timer (within one P once the
+//     live members only re-send their joins), or, for those it never
+//     answered and so never timed, by the rig (expireKilled);
 //   - a dead member made leader holds the sync barrier for R, and a live
 //     member that was between joins when the timer fired joins again,
 //     within another P and R;
@@ -86,6 +90,8 @@ func (r *rig) crashBurst(replicas, chunk int, seed uint64) (int, time.Duration) 
 	rng := rand.New(rand.NewPCG(uint64(replicas), seed))
 	watch := r.watchGroup()
 	defer watch.stop()
+	expired := r.expireKilled(crashBurstSession)
+	defer expired()
 
 	const (
 		feedEvery = 500 * time.Millisecond
@@ -183,8 +189,8 @@ func (r *rig) crashBurst(replicas, chunk int, seed uint64) (int, time.Duration) 
 		return committedAfter > 0
 	})
 	most, states := watch.seen()
-	t.Logf("after the last kill: stable with the %d replicas after %v, all input committed after %v (bounds %v and %v); most members listed %d; descriptions by state %v",
-		replicas, stableAfter.Round(time.Millisecond), committedAfter.Round(time.Millisecond), stableBound, bound, most, states)
+	t.Logf("after the last kill: stable with the %d replicas after %v, all input committed after %v (bounds %v and %v); most members listed %d; descriptions by state %v; members of killed processes the rig expired %d",
+		replicas, stableAfter.Round(time.Millisecond), committedAfter.Round(time.Millisecond), stableBound, bound, most, states, expired())
 	switch {
 	case stableAfter == 0:
 		state, pids, err := r.groupState()

@@ -104,6 +104,8 @@ type rig struct {
 	tries      int
 	// lastRead is when usedUp last read the output topics.
 	lastRead time.Time
+	// killedAt is when kill ended each process, by process ID.
+	killedAt map[int]time.Time
 }
 
 type worker struct {
@@ -132,7 +134,7 @@ func newKafkaRig(t *testing.T, brokers int, redisAddrs ...string) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(admin.Close)
-	r := &rig{t: t, k: k, admin: admin, redisAddrs: redisAddrs, workers: map[int]*worker{}}
+	r := &rig{t: t, k: k, admin: admin, redisAddrs: redisAddrs, workers: map[int]*worker{}, killedAt: map[int]time.Time{}}
 	t.Cleanup(func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -168,6 +170,7 @@ func (r *rig) start(i int) {
 	go func() { w.cmd.Wait(); close(w.done) }()
 	r.mu.Lock()
 	r.workers[i] = w
+	delete(r.killedAt, w.cmd.Process.Pid) // a process ID used again
 	r.mu.Unlock()
 }
 
@@ -179,6 +182,9 @@ func (r *rig) kill(i int) {
 	r.mu.Unlock()
 	w.cmd.Process.Kill()
 	<-w.done
+	r.mu.Lock()
+	r.killedAt[w.cmd.Process.Pid] = time.Now()
+	r.mu.Unlock()
 }
 
 // stop ends worker i with SIGTERM; it must exit 0 within its bound.
@@ -381,10 +387,9 @@ func (r *rig) uncommitted() (int64, error) {
 	return left, nil
 }
 
-// groupState is the workers' group as the coordinator describes it: its
-// state and the process ID of each member (the Kafka client ID of a
-// worker ends with it).
-func (r *rig) groupState() (state string, pids []int, err error) {
+// groupMembers is the workers' group as the coordinator describes it:
+// its state and members.
+func (r *rig) groupMembers() (state string, members []kmsg.DescribeGroupsResponseGroupMember, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req := kmsg.NewPtrDescribeGroupsRequest()
@@ -400,12 +405,100 @@ func (r *rig) groupState() (state string, pids []int, err error) {
 	if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
 		return "", nil, fmt.Errorf("describing group %s: %w", group, err)
 	}
-	for _, m := range g.Members {
-		pid, _ := strconv.Atoi(m.ClientID[strings.LastIndexByte(m.ClientID, '.')+1:])
-		pids = append(pids, pid)
+	return g.State, g.Members, nil
+}
+
+// pidOf is the process ID of the worker that a member of the group is:
+// the Kafka client ID of a worker ends with it.
+func pidOf(m kmsg.DescribeGroupsResponseGroupMember) int {
+	pid, _ := strconv.Atoi(m.ClientID[strings.LastIndexByte(m.ClientID, '.')+1:])
+	return pid
+}
+
+// groupState is the group's state and the process ID of each member, in
+// order.
+func (r *rig) groupState() (state string, pids []int, err error) {
+	state, members, err := r.groupMembers()
+	for _, m := range members {
+		pids = append(pids, pidOf(m))
 	}
 	slices.Sort(pids)
-	return g.State, pids, nil
+	return state, pids, err
+}
+
+// expireKilled does for the workers' group what a Kafka coordinator does
+// and the test broker does not always do: it removes each member of a
+// killed worker once the session timeout has passed since the kill (with
+// a LeaveGroup naming it). kfake starts a member's session timer only
+// when a response to it has been written. A worker killed while its first
+// JoinGroup waited is still counted as joined, so the rebalance completes
+// once the others rejoin; its answer cannot reach it (or, as kfake picks
+// at random, is taken into the dead connection's buffer), and the member
+// may stay in the stable group, with partitions that no one reads, until
+// another rebalance. Kafka starts the session at the join, and would have
+// expired it within the session timeout. Members of live workers (a join
+// a worker gave up) are left to the broker. The returned function stops
+// it (it may be called again) and says how many members it removed.
+func (r *rig) expireKilled(session time.Duration) (stop func() int) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	var removed int
+	var once sync.Once
+	go func() {
+		defer close(ended)
+		sent := map[string]bool{}
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			_, members, err := r.groupMembers()
+			if err != nil {
+				continue
+			}
+			for _, m := range members {
+				r.mu.Lock()
+				at, killed := r.killedAt[pidOf(m)]
+				r.mu.Unlock()
+				if !killed || time.Since(at) < session || sent[m.MemberID] {
+					continue
+				}
+				sent[m.MemberID] = true
+				if r.leave(m.MemberID) == nil {
+					removed++
+				}
+			}
+		}
+	}()
+	return func() int {
+		once.Do(func() { close(done) })
+		<-ended
+		return removed
+	}
+}
+
+// leave removes member from the workers' group.
+func (r *rig) leave(member string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = group
+	lm := kmsg.NewLeaveGroupRequestMember()
+	lm.MemberID = member
+	req.Members = append(req.Members, lm)
+	resp, err := req.RequestWith(ctx, r.admin)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err == nil && len(resp.Members) == 1 {
+		err = kerr.ErrorForCode(resp.Members[0].ErrorCode)
+	}
+	if err != nil {
+		return fmt.Errorf("removing member %s from group %s: %w", member, group, err)
+	}
+	return nil
 }
 
 // livePids are the process IDs of the workers running now, in order.
