@@ -95,16 +95,54 @@
 //
 // Counting is exact: the script counts the elements it inserts in the
 // growth record (GrowthKey), a small hash under the shard's hash tag, in
-// the same call. A stage full hands over to the next only if that exists:
-// the script never allocates one. Grow makes it from the maintenance,
-// whole, in one SET NX with its expiry, once the newest is past its
-// capacity (not ahead: a stage made ahead would more than double the
-// memory of a window that only nears a stage boundary). The script asks
-// for it by its reply (GrowthWanted), so the maintenance need not wait for
-// its tick. Until it exists the full stage takes the batches in flight,
-// overfilled and counted; past the last stage the bucket only
-// tests (new elements are forwarded and not inserted, so their copies pass,
-// counted), and the rate stays at the chain's bound.
+// the same call. The script never allocates a stage: a stage is made whole,
+// in one SET NX with its expiry, by Grow (the maintenance) or by a batch
+// that needs it, and a stage full hands over to the next only if that
+// exists. Every new element a window holds is inserted, up to the cap:
+//
+//   - Ahead of need. The growth record also keeps the rate at which the
+//     shard's window fills (elements inserted per second, sampled by the
+//     server's clock at most every 250 ms). Once the room left in the
+//     newest stage is at most that rate times the next stage's lead
+//     (StageLead: 0.5 s, plus 2 ms per MiB of the stage over all shards,
+//     about 3 times what a SET of that size took on the development
+//     machine), the call asks for the next stage in its reply and in the
+//     record, and the maintenance makes it at once (GrowthWanted; its
+//     5-second scan finds the record's request too). A full stage asks
+//     whatever the rate.
+//   - Back-pressure. A batch with a new element that needs the next stage
+//     when it is not made yet is not decided: the script refuses the whole
+//     call before it writes anything, naming the stages it needs, and
+//     TestAndSet makes them (the same one-maker lock as the maintenance)
+//     or waits while another replica makes them, then calls again. The
+//     wait is bounded by Config.GrowthWait; when it runs out, or a stage
+//     cannot be made (Redis out of memory), the call fails with
+//     ErrGrowthWait or ErrRedis, having decided nothing, and the worker
+//     retries it, not ready. Refusals and waits are counted
+//     (GrowthStats, and the gauges once Maintain runs). Replicas that
+//     need the same stage at once all wait for the one maker; a stage is
+//     only ever made by SET NX, so no call inserts into a stage that is
+//     being made or replaced.
+//   - The cap. Past the last stage the bucket only tests: new elements
+//     are forwarded and not inserted, so their copies pass. That is the
+//     price of DEDUPE_MAX_GROWTH, counted in the record (c) and alerted
+//     on, and the rate stays at the chain's bound.
+//
+// What a stage made early costs: memory, and only for windows that came
+// within their rate times the lead of a stage boundary. For the planner's
+// example (7 million IDs per 10-minute window at 1e-6, 17 shards, leads
+// of 0.7, 1.3 and 4.3 s for stages 1 to 3), a window filled evenly over
+// its length asks for stage 1 on a shard when that shard is within 480
+// IDs (0.12%) of its 413,690: a window at exactly its plan does so on
+// some shard with a chance of about 19% (2% with a stage made only when
+// full), making 6 MiB beside its 30, and a window at 99% of its plan
+// never does. At 16 times the plan the window asks for stage 3 (1,904
+// MiB) 47,000 IDs (1%) before stage 2 is full. A spike, by its rate, gets
+// its stages a lead before it needs them, which is the point: it costs the
+// memory of the stages it fills, and at most one more if it ends within a
+// lead of a boundary. Versions before this one overfilled a stage while
+// its next was missing (the record's o) and then only tested; replicas of
+// such a version in a rolling deploy still do.
 //
 // # Shards and Redis Cluster
 //

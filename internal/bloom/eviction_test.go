@@ -233,9 +233,9 @@ func TestMaintenanceRetriesOutOfMemory(t *testing.T) {
 	if err := f.Preallocate(t.Context(), now); err != nil {
 		t.Fatal(err)
 	}
-	// Past the first stage's capacity without growing: the call asks for
-	// a stage, and no one makes it yet.
-	for lo := 0; lo < 1500; lo += 100 {
+	// The first stage filled to its capacity: the call asks for the next
+	// stage, and no one makes it yet (a call past it would make it).
+	for lo := 0; lo < 1000; lo += 100 {
 		var es []Element
 		for i := lo; i < lo+100; i++ {
 			es = append(es, Element{ID: fmt.Appendf(nil, "g-%d", i), Time: now, Source: Source{Topic: "g", Offset: int64(i)}})
@@ -245,7 +245,7 @@ func TestMaintenanceRetriesOutOfMemory(t *testing.T) {
 	select {
 	case <-f.GrowthWanted():
 	default:
-		t.Fatal("1,500 IDs in a window planned for 1,000 and no stage asked for")
+		t.Fatal("1,000 IDs in a window planned for 1,000 and no stage asked for")
 	}
 	b := f.Windows().Bucket(now)
 	stageKeys := func() (n int64) {

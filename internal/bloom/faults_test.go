@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-
 	"dedupe-worker/internal/testenv"
 )
 

@@ -129,6 +129,12 @@ type Config struct {
 	// it costs. The client must be a *redis.Client or a
 	// *redis.ClusterClient. Default: 0 (no WAIT).
 	MinReplicas int
+	// GrowthWait bounds how long a test-and-set waits for a stage its
+	// batch needs and that is not made yet (see Growth in the package
+	// doc); then it fails with ErrGrowthWait, having decided nothing.
+	// Default: CallTimeout plus 100 ms per MiB of the largest stage's
+	// shard, what making one may take.
+	GrowthWait time.Duration
 	// Now is the clock: every decision that depends on the present (Late,
 	// Future, the records' expiry) reads it, and so does the maintenance
 	// through Filter.Now. Tests inject one close to the real clock: Redis
@@ -155,6 +161,13 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.GrowthWait == 0 {
+		var largest uint64
+		for _, st := range c.Plan.Stages {
+			largest = max(largest, st.ShardBits/8)
+		}
+		c.GrowthWait = makeTimeout(c.CallTimeout, largest)
 	}
 }
 
@@ -184,6 +197,9 @@ func (c *Config) validate() error {
 	if c.MinReplicas < 0 {
 		return fmt.Errorf("min replicas is %d, want 0 or more", c.MinReplicas)
 	}
+	if c.GrowthWait < time.Millisecond {
+		return fmt.Errorf("growth wait is %v, want at least 1ms", c.GrowthWait)
+	}
 	return nil
 }
 
@@ -204,11 +220,17 @@ type Filter struct {
 	// scriptCached[s] is set once the master serving shard s has run the
 	// script with MinReplicas (see runReplicated).
 	scriptCached []atomic.Bool
-	// growWanted is signalled when a call found a window whose newest stage
-	// is nearly full and the next not made (see GrowthWanted).
+	// growWanted is signalled when a call asked for stages ahead of need,
+	// which it adds to pending (see GrowthWanted).
 	growWanted chan struct{}
+	pendingStages
+	// stats count the stages made, the refused calls and the waits for
+	// stages; obs is where they are also reported once Maintain runs.
+	stats growthStats
+	obs   atomic.Pointer[reporter]
 	// stageTab is the script's stage table: the stage count, each stage's
-	// capacity per shard, the words per key of stages 1 and up.
+	// capacity per shard, the words per key and the lead (ms) of stages 1
+	// and up.
 	stageTab []byte
 	// evicting is set while the maintenance finds a master whose eviction
 	// policy is not noeviction (see Healthy).
@@ -246,13 +268,17 @@ func New(client redis.UniversalClient, cfg Config) (*Filter, error) {
 	}
 	f.scriptCached = make([]atomic.Bool, cfg.Plan.Shards)
 	f.growWanted = make(chan struct{}, 1)
-	f.stageTab = msgp.AppendArrayHeader(nil, uint32(2*len(cfg.Plan.Stages)))
+	f.pending = map[stageRef]struct{}{}
+	f.stageTab = msgp.AppendArrayHeader(nil, uint32(3*len(cfg.Plan.Stages)-1))
 	f.stageTab = msgp.AppendInt(f.stageTab, len(cfg.Plan.Stages))
 	for _, st := range cfg.Plan.Stages {
 		f.stageTab = msgp.AppendInt64(f.stageTab, st.CapacityPerShard)
 	}
 	for _, st := range cfg.Plan.Stages[1:] {
 		f.stageTab = msgp.AppendUint64(f.stageTab, st.ShardBits/WordBits)
+	}
+	for _, st := range cfg.Plan.Stages[1:] {
+		f.stageTab = msgp.AppendInt64(f.stageTab, StageLead(st).Milliseconds())
 	}
 	f.slots = make([]string, cfg.Plan.Shards)
 	for s := range f.slots {
@@ -335,8 +361,9 @@ func (f *Filter) Preallocate(ctx context.Context, t time.Time) error {
 }
 
 // ErrGrowthMemory says a window cannot grow to its cap within Redis's
-// maxmemory. The worker still runs: a stage that cannot be made leaves the
-// one before overfilled, and the overfill is counted.
+// maxmemory. The worker still runs: a batch that needs a stage that
+// cannot be made waits for it and fails (ErrRedis, or ErrGrowthWait), so
+// the worker retries it, not ready, until memory is freed.
 var ErrGrowthMemory = errors.New("growth exceeds Redis maxmemory")
 
 // LiveWindows is how many buckets of keys exist at once (Windows.Live).
@@ -374,126 +401,6 @@ func (f *Filter) CheckCapacity(ctx context.Context) error {
 		return nil
 	}
 	return f.forEachServer(ctx, check)
-}
-
-// Grow makes, for every bucket from the one of t less the lag bound and
-// one window to the one of t, and every shard, the next stage of the chain
-// once the newest is past its capacity. Not sooner: each stage takes the
-// window to 4 times what the stages before hold, so a stage made ahead
-// would more than double the memory of a window that only comes near a
-// stage boundary (4, 16, 64 times its plan). The script asks for the stage
-// in the reply of the call that fills the newest (GrowthWanted); until it
-// exists the newest stage takes the batches in flight, overfilled and
-// counted: a few batches against millions of IDs per stage. A stage is written
-// whole in one SET NX with its expiry: Redis reads a large argument into
-// its own buffer as it arrives, between other clients' commands, and keeps
-// that buffer as the value, so no command stalls on the allocation, and a
-// replica that loses the race writes nothing. It returns the stages it
-// made.
-func (f *Filter) Grow(ctx context.Context, t time.Time) ([]ShardStage, error) {
-	if !f.plan.Growth() {
-		return nil, nil
-	}
-	w := f.cfg.Windows
-	var made []ShardStage
-	var zeros []byte
-	for b := w.Bucket(t.Add(-w.MaxLag - w.Length)); b <= w.Bucket(t.Add(f.cfg.MaxFutureSkew)); b++ {
-		exp := time.Unix(w.ExpireAt(b), 0)
-		if !exp.After(f.cfg.Now()) {
-			continue
-		}
-		for s := 0; s < f.plan.Shards; s++ {
-			g, err := f.growth(ctx, s, b)
-			if err != nil {
-				return made, err
-			}
-			next := g.Stage + 1
-			if next >= len(f.plan.Stages) || g.Held <= f.plan.Stages[g.Stage].CapacityPerShard {
-				continue
-			}
-			key := f.StageKey(s, b, next)
-			cctx, cancel := f.callCtx(ctx)
-			n, err := f.client.Exists(cctx, key).Result()
-			cancel()
-			if err != nil {
-				return made, fmt.Errorf("%w: checking %s: %w", ErrRedis, key, err)
-			}
-			if n == 1 {
-				continue
-			}
-			// One maker per stage: replicas that find it missing together
-			// would each send the whole value, which Redis buffers in full
-			// before the NX refuses it. The lock expires on its own.
-			cctx, cancel = f.callCtx(ctx)
-			locked, err := f.client.SetNX(cctx, key+":making", 1, time.Minute).Result()
-			cancel()
-			if err != nil {
-				return made, fmt.Errorf("%w: locking %s: %w", ErrRedis, key, err)
-			}
-			if !locked {
-				continue
-			}
-			if size := int(f.plan.Stages[next].ShardBits / 8); cap(zeros) < size {
-				zeros = make([]byte, size)
-			} else {
-				zeros = zeros[:size]
-			}
-			// A stage of hundreds of MiB takes a while to send.
-			sctx, cancel := context.WithTimeout(ctx, f.cfg.CallTimeout+time.Duration(len(zeros)>>20)*100*time.Millisecond)
-			ok, err := f.client.SetArgs(sctx, key, zeros, redis.SetArgs{Mode: "NX", ExpireAt: exp}).Result()
-			cancel()
-			if err != nil && err != redis.Nil {
-				// Another replica may try at once.
-				dctx, cancel := f.callCtx(context.WithoutCancel(ctx))
-				f.client.Del(dctx, key+":making")
-				cancel()
-				return made, fmt.Errorf("%w: making stage %d of %s: %w", ErrRedis, next, f.FilterKey(s, b), err)
-			}
-			if ok == "OK" {
-				made = append(made, ShardStage{Bucket: b, Shard: s, Stage: next, Bytes: uint64(len(zeros))})
-			}
-		}
-	}
-	return made, nil
-}
-
-// GrowthWanted receives a value after a test-and-set found a window whose
-// newest stage is past its capacity and whose next stage is not made: the
-// maintenance then calls Grow at once instead of at its next tick.
-func (f *Filter) GrowthWanted() <-chan struct{} { return f.growWanted }
-
-// ShardStage names one stage of one shard of a bucket.
-type ShardStage struct {
-	Bucket int64
-	Shard  int
-	Stage  int
-	Bytes  uint64
-}
-
-// Growth is what a shard's growth record of one bucket says.
-type Growth struct {
-	// Stage is the stage inserts go to, Held the elements inserted into it.
-	Stage int
-	Held  int64
-	// Overfilled are inserts past a stage's capacity because the next
-	// stage was not made in time; TestOnly new elements not inserted
-	// because the last stage was full.
-	Overfilled, TestOnly int64
-}
-
-func (f *Filter) growth(ctx context.Context, shard int, b int64) (Growth, error) {
-	cctx, cancel := f.callCtx(ctx)
-	defer cancel()
-	r, err := f.client.HMGet(cctx, f.GrowthKey(shard, b), "k", "n", "o", "c").Result()
-	if err != nil {
-		return Growth{}, fmt.Errorf("%w: reading the growth of %s: %w", ErrRedis, f.FilterKey(shard, b), err)
-	}
-	num := func(v any) int64 {
-		s, _ := v.(string)
-		n, _ := strconv.ParseInt(s, 10, 64)
-		return n
-	}
-	return Growth{Stage: int(num(r[0])), Held: num(r[1]), Overfilled: num(r[2]), TestOnly: num(r[3])}, nil
 }
 
 // Windows returns how the filter maps event times to buckets.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,10 +16,9 @@ import (
 )
 
 // assertStage fails unless every shard of the bucket of at inserts into
-// stage want, at most maxOver overfilled and maxTestOnly test-only: a stage is
-// made once the one before is past its capacity, so the batches in flight
-// then overfill that one.
-func assertStage(t testing.TB, f *Filter, at time.Time, want int, maxOver, maxTestOnly int64) {
+// stage want, none overfilled and at most maxTestOnly test-only: a batch
+// that needs a stage not made yet waits for it.
+func assertStage(t testing.TB, f *Filter, at time.Time, want int, maxTestOnly int64) {
 	t.Helper()
 	b := f.cfg.Windows.Bucket(at)
 	for s := 0; s < f.plan.Shards; s++ {
@@ -26,8 +26,8 @@ func assertStage(t testing.TB, f *Filter, at time.Time, want int, maxOver, maxTe
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.Stage != want || g.Overfilled > maxOver || g.TestOnly > maxTestOnly || g.Held == 0 {
-			t.Errorf("shard %d: %+v, want stage %d in use, at most %d overfilled and %d test-only", s, g, want, maxOver, maxTestOnly)
+		if g.Stage != want || g.Overfilled != 0 || g.TestOnly > maxTestOnly || g.Held == 0 {
+			t.Errorf("shard %d: %+v, want stage %d in use, none overfilled and at most %d test-only", s, g, want, maxTestOnly)
 		}
 	}
 }
@@ -46,6 +46,16 @@ func growingFilter(t testing.TB, c redis.UniversalClient, now time.Time, n int64
 			m(cfg)
 		}
 	})
+}
+
+// batchOf is distinct IDs prefix-from..prefix-to at at, at offsets from..to
+// of partition 0 of topic prefix.
+func batchOf(prefix string, from, to int, at time.Time) []Element {
+	var es []Element
+	for i := from; i < to; i++ {
+		es = append(es, Element{ID: fmt.Appendf(nil, "%s-%d", prefix, i), Time: at, Source: Source{Topic: prefix, Offset: int64(i)}})
+	}
+	return es
 }
 
 // fillTo decides distinct IDs prefix-from..prefix-to in batches of 100,
@@ -120,10 +130,10 @@ func TestGrowthKeepsTheRate(t *testing.T) {
 				}
 			}
 			// 128,000 IDs fill stages 0 to 3 exactly (2,000 + 6,000 +
-			// 24,000 + 96,000); each switch overfills by at most a batch.
-			// With several shards, one may get a little more than its share
-			// of the 64x and reach the cap: at most 1% only tested.
-			assertStage(t, f, at, 3, 3*100, int64(64*n/100))
+			// 24,000 + 96,000), none past a stage. With several shards, one
+			// may get a little more than its share of the 64x and reach
+			// the cap: at most 1% only tested.
+			assertStage(t, f, at, 3, int64(64*n/100))
 			assertAllKeysExpire(t, c)
 			if t.Failed() {
 				return
@@ -154,8 +164,8 @@ func TestGrowthReplaysAndRaces(t *testing.T) {
 		}
 		first = append(first, verdicts(t, f, es[lo:min(lo+700, len(es))]...)...)
 	}
-	// Batches of 700 outrun the maintenance of a 1,000-ID stage: some
-	// overfill is expected here, the switches are what is tested.
+	// Batches of 700 outrun the maintenance of a 1,000-ID stage: they
+	// wait for their stages, and the switches are what is tested.
 	if g, err := f.growth(t.Context(), 0, f.cfg.Windows.Bucket(at)); err != nil || g.Stage < 2 {
 		t.Fatalf("growth %+v (error %v): want stage 2 or later reached", g, err)
 	}
@@ -213,7 +223,7 @@ func TestGrowthReplaysAndRaces(t *testing.T) {
 			t.Errorf("%s first seen %d times", id, k)
 		}
 	}
-	assertStage(t, g, at, 1, 6*50, 0)
+	assertStage(t, g, at, 1, 0)
 	assertAllKeysExpire(t, c)
 }
 
@@ -228,8 +238,9 @@ func TestGrowthCap(t *testing.T) {
 	if len(f.plan.Stages) != 2 {
 		t.Fatalf("%d stages for a growth of 4, want 2", len(f.plan.Stages))
 	}
-	// Racing makers: stage 1 once stage 0 is past its capacity.
-	fillTo(t, f, at, "a", 0, 1100)
+	// Racing makers: stage 1 once stage 0 is full, in one call (a rate
+	// measured over several could ask for the stage earlier).
+	verdicts(t, f, batchOf("a", 0, 1000, at)...)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	made := 0
@@ -278,38 +289,254 @@ func TestGrowthCap(t *testing.T) {
 	assertAllKeysExpire(t, c)
 }
 
-// Without the maintenance making the next stage, a full stage takes up to
-// 2,000 more (1/8 of its capacity, if more) and then only tests, and says
-// so: nothing is allocated inside the script.
-func TestGrowthWithoutMaintenanceOverfills(t *testing.T) {
+// Without the maintenance, a batch that needs the next stage is refused
+// before anything is decided, makes the stage itself, waits for it and is
+// decided into it: nothing overfilled, nothing test-only, every new ID
+// inserted (its copy is a duplicate), and the wait counted.
+func TestGrowthWithoutMaintenanceWaits(t *testing.T) {
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	at := testenv.Now()
 	f := growingFilter(t, c, at, 1000, 1e-3, 64)
-	for lo := 0; lo < 5000; lo += 500 {
-		var es []Element
-		for i := lo; i < lo+500; i++ {
-			es = append(es, Element{ID: fmt.Appendf(nil, "o-%d", i), Time: at, Source: Source{Topic: "o", Offset: int64(i)}})
-		}
-		verdicts(t, f, es...)
+	var es []Element
+	for i := range 5000 {
+		es = append(es, Element{ID: fmt.Appendf(nil, "o-%d", i), Time: at, Source: Source{Topic: "o", Offset: int64(i)}})
 	}
+	first := runBatches(t, f, es, 500)
 	b := f.cfg.Windows.Bucket(at)
 	g, err := f.growth(t.Context(), 0, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Stage != 0 || g.Held != 3000 || g.Overfilled != 2000 || g.TestOnly < 1500 {
-		t.Errorf("%+v: want stage 0 holding 3,000, 2,000 of them overfilled, most of the rest of 5,000 test-only (some are taken for duplicates by the overfilled stage)", g)
+	// Stages 0 and 1 hold 1,000 and 3,000; the rest is in stage 2.
+	if g.Stage != 2 || g.Overfilled != 0 || g.TestOnly != 0 || g.Inserted < 4990 {
+		t.Errorf("%+v: want stage 2 in use, all 5,000 inserted (less a few false positives), none overfilled or test-only", g)
 	}
-	if n, _ := c.Exists(t.Context(), f.StageKey(0, b, 1)).Result(); n != 0 {
-		t.Error("stage 1 exists: the script made it")
+	w := f.GrowthStats()
+	if w.Refused < 2 || w.Waits < 2 || w.Failed != 0 || w.Longest <= 0 {
+		t.Errorf("%+v: want at least two refusals and waits (stages 1 and 2), none failed", w)
 	}
-	// The maintenance catches up: the next batch goes to stage 1.
-	if m, err := f.Grow(t.Context(), at); err != nil || len(m) != 1 {
-		t.Fatalf("made %v, error %v; want stage 1", m, err)
+	t.Logf("without the maintenance: %+v", w)
+	// Copies of every ID decided first seen are duplicates.
+	var copies []Element
+	for i, v := range first {
+		if v == FirstSeen {
+			copies = append(copies, Element{ID: es[i].ID, Time: at, Source: Source{Topic: "copies", Offset: int64(len(copies))}})
+		}
 	}
-	fillTo(t, f, at, "o2", 0, 100)
-	if g, _ := f.growth(t.Context(), 0, b); g.Stage != 1 || g.Held < 80 || g.Held > 100 {
-		t.Errorf("after the maintenance: %+v, want stage 1 holding the new IDs", g)
+	if len(copies) < 4990 {
+		t.Fatalf("%d of 5,000 new IDs first seen", len(copies))
+	}
+	for i, v := range runBatches(t, f, copies, 500) {
+		if v != Duplicate {
+			t.Errorf("copy of %s: %v, want duplicate", copies[i].ID, v)
+		}
+	}
+}
+
+// A window filling fast gets its next stage before it needs it: once the
+// room left in the newest stage is at most the measured rate times the
+// next stage's lead, the call asks for it (GrowthWanted and the growth
+// record), Grow makes it, and the batch that fills the stage is not
+// refused. The rate is the script's own, sampled at most every 250 ms
+// by the server's clock: the test fills until a rate is measured.
+func TestGrowthAheadOfNeed(t *testing.T) {
+	c := testenv.RedisClient(t, testenv.Redis(t))
+	at := testenv.Now()
+	const n = 50_000
+	f := growingFilter(t, c, at, n, 1e-6, 64)
+	if f.plan.Shards != 1 {
+		t.Fatalf("%d shards, want 1", f.plan.Shards)
+	}
+	b := f.cfg.Windows.Bucket(at)
+	// Batches until the record holds a measured rate.
+	next := 0
+	var g Growth
+	if !testenv.Until(time.Minute, func() bool {
+		verdicts(t, f, batchOf("ahead", next, next+100, at)...)
+		next += 100
+		var err error
+		if g, err = f.growth(t.Context(), 0, b); err != nil {
+			t.Fatal(err)
+		}
+		return g.Rate > 0 || next >= n/2
+	}) || g.Rate == 0 {
+		t.Fatalf("no rate measured after %d IDs: %+v", next, g)
+	}
+	select {
+	case <-f.GrowthWanted():
+		t.Fatalf("stage 1 asked for at %d of %d IDs, rate %.0f/s", next, n, g.Rate)
+	default:
+	}
+	// The room a measured rate calls for, and then some: the trigger
+	// fires without waiting for the stage to fill.
+	lead := StageLead(f.plan.Stages[1])
+	due := n - int(math.Ceil(g.Rate*lead.Seconds()))
+	if due <= next {
+		t.Skipf("rate %.0f/s: stage 1 due at once (%d IDs in)", g.Rate, next)
+	}
+	var asked bool
+	for next < n && !asked {
+		verdicts(t, f, batchOf("ahead", next, next+100, at)...)
+		next += 100
+		select {
+		case <-f.GrowthWanted():
+			asked = true
+		default:
+		}
+	}
+	if !asked {
+		t.Fatal("stage 1 never asked for")
+	}
+	g, _ = f.growth(t.Context(), 0, b)
+	if g.Held >= f.plan.Stages[0].CapacityPerShard || g.Wanted != 1 {
+		t.Fatalf("asked at %+v: want stage 1 asked for while stage 0 has room", g)
+	}
+	t.Logf("stage 1 asked for with %d IDs of room at %.0f IDs/s (lead %v)", f.plan.Stages[0].CapacityPerShard-g.Held, g.Rate, lead)
+	if made, err := f.Grow(t.Context(), at); err != nil || len(made) != 1 {
+		t.Fatalf("made %v, error %v: want stage 1", made, err)
+	}
+	fillTo(t, f, at, "ahead", next, n+1000)
+	if w := f.GrowthStats(); w.Refused != 0 || w.Waits != 0 {
+		t.Errorf("%+v: a batch waited for a stage made ahead", w)
+	}
+	assertStage(t, f, at, 1, 0)
+}
+
+// Replicas that need the same stage at once all wait for it, one makes
+// it (one SET), and nobody inserts into a stage that is being made: every
+// ID is first seen once, and every copy afterwards is a duplicate.
+func TestGrowthReplicasWaitForOneStage(t *testing.T) {
+	srv := testenv.Redis(t)
+	c := testenv.RedisClient(t, srv)
+	at := testenv.Now()
+	const n, replicas, batch = 1000, 4, 400
+	var fs []*Filter
+	for range replicas {
+		// One client each, as replicas have.
+		fs = append(fs, growingFilter(t, testenv.RedisClient(t, srv), at, n, 1e-6, 64, func(cfg *Config) { cfg.Pipeline = "wait" }))
+	}
+	// Stage 0 full to the last ID.
+	fillTo(t, fs[0], at, "pre", 0, n)
+	// Each replica's batch needs stage 1; some of the IDs are shared.
+	firsts := make([][]string, replicas)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for r, f := range fs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var es []Element
+			for i := range batch {
+				es = append(es, Element{ID: fmt.Appendf(nil, "spike-%d", (i*7+r*batch/2)%(replicas*batch/2)), Time: at,
+					Source: Source{Topic: "spike", Partition: int32(r), Offset: int64(i)}})
+			}
+			<-start
+			v, err := f.TestAndSet(context.Background(), es)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for k, x := range v {
+				if x == FirstSeen {
+					firsts[r] = append(firsts[r], string(es[k].ID))
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	var made, waits, refused int64
+	var longest time.Duration
+	for _, f := range fs {
+		w := f.GrowthStats()
+		made += w.Made
+		waits += w.Waits
+		refused += w.Refused
+		longest = max(longest, w.Longest)
+		if w.Failed != 0 {
+			t.Errorf("a replica's wait failed: %+v", w)
+		}
+	}
+	if made != 1 || waits < 1 {
+		t.Errorf("stage 1 made %d times, %d waits: want made once, and waited for", made, waits)
+	}
+	t.Logf("%d replicas: stage made %d time(s), %d waits (longest %v), %d refusals", replicas, made, waits, longest, refused)
+	seen := map[string]int{}
+	for _, ids := range firsts {
+		for _, id := range ids {
+			seen[id]++
+		}
+	}
+	if len(seen) != replicas*batch/2 {
+		t.Errorf("%d IDs first seen, want %d", len(seen), replicas*batch/2)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("%s first seen %d times", id, k)
+		}
+	}
+	var copies []Element
+	for id := range seen {
+		copies = append(copies, Element{ID: []byte(id), Time: at, Source: Source{Topic: "copies", Offset: int64(len(copies))}})
+	}
+	for i, v := range verdicts(t, fs[0], copies...) {
+		if v != Duplicate {
+			t.Errorf("copy of %s: %v, want duplicate", copies[i].ID, v)
+		}
+	}
+	assertStage(t, fs[0], at, 1, 0)
+	assertAllKeysExpire(t, c)
+}
+
+// A wait for a stage is bounded: while another maker holds the stage's
+// lock past Config.GrowthWait, the call fails with ErrGrowthWait, counted
+// as a failed wait, and decides nothing: made again, the IDs are first
+// seen, not replays. Out of memory the call fails at once with the
+// server's error (the script is refused before it runs, as is the SET of
+// a stage), and it succeeds once memory is freed.
+func TestGrowthWaitRunsOut(t *testing.T) {
+	srv := testenv.Redis(t, "--maxmemory-policy", "noeviction")
+	c := testenv.RedisClient(t, srv)
+	at := testenv.Now()
+	f := growingFilter(t, c, at, 1000, 1e-3, 64, func(cfg *Config) { cfg.GrowthWait = 300 * time.Millisecond })
+	verdicts(t, f, batchOf("w", 0, 1000, at)...)
+	b := f.cfg.Windows.Bucket(at)
+	lock := f.StageKey(0, b, 1) + ":making"
+	if err := c.Set(t.Context(), lock, 1, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	es := batchOf("w", 1000, 1100, at)
+	start := time.Now()
+	if _, err := f.TestAndSet(t.Context(), es); !errors.Is(err, ErrGrowthWait) {
+		t.Fatalf("stage locked by another maker: %v, want ErrGrowthWait", err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("gave up after %v, before the 300ms bound", d)
+	}
+	if w := f.GrowthStats(); w.Failed != 1 || w.Made != 0 {
+		t.Errorf("%+v: want one failed wait, nothing made", w)
+	}
+
+	// Out of memory.
+	if err := c.Del(t.Context(), lock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	used := testenv.InfoInt(t, c, "memory", "used_memory")
+	configSet(t, c, "maxmemory", fmt.Sprint(used/2))
+	if _, err := f.TestAndSet(t.Context(), es); !errors.Is(err, ErrRedis) || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("out of memory: %v, want ErrRedis naming OOM", err)
+	}
+	configSet(t, c, "maxmemory", "0")
+	for i, v := range verdicts(t, f, es...) {
+		if v != FirstSeen {
+			t.Fatalf("%s after the failed waits: %v, want first seen (nothing was decided before)", es[i].ID, v)
+		}
+	}
+	if g, _ := f.growth(t.Context(), 0, b); g.Stage != 1 || g.Held != 100 {
+		t.Errorf("%+v: want the 100 IDs in stage 1", g)
 	}
 }
 
@@ -337,9 +564,9 @@ func TestStageWordsMatchTheScript(t *testing.T) {
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	at := testenv.Now()
 	f := growingFilter(t, c, at, 100, 1e-3, 4)
-	fillTo(t, f, at, "s", 0, 101) // stage 0 past its capacity: stage 1 asked for
-	if _, err := f.Grow(t.Context(), at); err != nil {
-		t.Fatal(err)
+	fillTo(t, f, at, "s", 0, 100) // stage 0 full: stage 1 asked for
+	if made, err := f.Grow(t.Context(), at); err != nil || len(made) != 1 {
+		t.Fatalf("made %v, error %v: want stage 1", made, err)
 	}
 	ids := []string{"in-stage-1", "another", "a third"}
 	for i, id := range ids {

@@ -15,6 +15,10 @@ type Gauges struct {
 	stages, overfilled, testOnly *prometheus.GaugeVec
 	maxLag                       prometheus.Gauge
 	grown                        prometheus.Counter
+	// A batch's wait for a stage it needs, and the script calls refused
+	// for one.
+	growthWait prometheus.Histogram
+	refused    prometheus.Counter
 	// Per master (label server): evicted keys and whether the policy is
 	// noeviction; policy changes to one that evicts; failed maintenance
 	// calls by step.
@@ -33,7 +37,8 @@ const (
 
 // NewGauges registers the filter statistics the worker exports per
 // window and shard (fill, estimated false-positive rate, estimated
-// elements, TTL, stages, overfilled, test-only), the stages made, the lag
+// elements, TTL, stages, overfilled, test-only), the stages made, the
+// waits of batches for a stage and the calls refused for one, the lag
 // bound, per Redis master the evicted keys and whether its eviction policy
 // is safe, the policy changes found, and the maintenance's failed calls.
 func NewGauges(reg prometheus.Registerer, pipeline string) *Gauges {
@@ -52,11 +57,16 @@ func NewGauges(reg prometheus.Registerer, pipeline string) *Gauges {
 	g.stages = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_stages",
 		Help: "Stages the window has grown into (1: its planned size).", ConstLabels: l}, labels)
 	g.overfilled = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_overfilled",
-		Help: "Elements inserted past a full stage because the next was not made in time: the rate is above target.", ConstLabels: l}, labels)
+		Help: "Elements inserted past a full stage, by versions that did not wait for the next stage: the rate is above target.", ConstLabels: l}, labels)
 	g.testOnly = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_test_only",
 		Help: "New elements only tested, not inserted, because the window reached DEDUPE_MAX_GROWTH: their copies pass.", ConstLabels: l}, labels)
 	g.grown = prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupe_filter_stages_made_total",
-		Help: "Stages this replica made ahead for windows that grow.", ConstLabels: l})
+		Help: "Stages this replica made for windows that grow.", ConstLabels: l})
+	g.growthWait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_filter_growth_wait_seconds",
+		Help:    "Time a test-and-set waited for the next stage of a growing window, which its batch needed and was not made yet.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, ConstLabels: l})
+	g.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupe_filter_growth_refused_total",
+		Help: "Test-and-set calls refused, nothing decided, because a stage they needed was not made yet; each is made or awaited and the call made again.", ConstLabels: l})
 	g.maxLag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "dedupe_max_lag_seconds",
 		Help: "The lag bound, DEDUPE_MAX_LAG: events decided later than this after their event time may not be deduplicated.", ConstLabels: l})
 	server := []string{"server"}
@@ -71,7 +81,7 @@ func NewGauges(reg prometheus.Registerer, pipeline string) *Gauges {
 	for _, step := range []string{stepPreallocate, stepGrow, stepStats, stepServerInfo} {
 		g.failed.WithLabelValues(step) // at 0 from the start
 	}
-	reg.MustRegister(g.fill, g.fpr, g.elements, g.ttl, g.maxLag, g.stages, g.overfilled, g.testOnly, g.grown,
+	reg.MustRegister(g.fill, g.fpr, g.elements, g.ttl, g.maxLag, g.stages, g.overfilled, g.testOnly, g.grown, g.growthWait, g.refused,
 		g.evicted, g.policySafe, g.unsafePolicy, g.failed)
 	return g
 }
@@ -86,14 +96,17 @@ const (
 
 // Maintain keeps the filter's windows ready, its servers watched and its
 // gauges current until ctx ends: it makes stages for windows that grow (at
-// once when a call asks for one, every growEvery otherwise), and every
+// once when a call asks for one ahead of need, and every growEvery it
+// looks for any that are due), and every
 // slowEvery reads each master's eviction policy and evicted keys (see
 // Healthy), preallocates the current and the next window and reads the
 // statistics of the current and the previous one into g. A failed call is
 // logged, counted by step and tried again at the next pass; nothing ends
 // the loop but ctx. It warns once per window and shard that overfills or
 // only tests, and logs an error once when a master's policy turns to one
-// that evicts and once more when it is back to noeviction.
+// that evicts and once more when it is back to noeviction. From its start
+// the filter's own figures go to g and log too: the stages a batch made,
+// the batches' waits for stages and the calls refused for them.
 func (f *Filter) Maintain(ctx context.Context, g *Gauges, log *zap.Logger) {
 	f.maintain(ctx, g, log, growEvery, slowEvery)
 }
@@ -101,20 +114,24 @@ func (f *Filter) Maintain(ctx context.Context, g *Gauges, log *zap.Logger) {
 // maintain is Maintain with its intervals.
 func (f *Filter) maintain(ctx context.Context, g *Gauges, log *zap.Logger, growEvery, slowEvery time.Duration) {
 	g.maxLag.Set(f.cfg.Windows.MaxLag.Seconds())
+	f.obs.Store(&reporter{g: g, log: log})
 	window := f.cfg.Windows.Length
 	tick := time.NewTicker(min(growEvery, slowEvery))
 	defer tick.Stop()
 	warned := map[[2]int64]string{} // buckets and shards already warned about
 	ev := &evictionWatch{unsafe: map[string]string{}}
 	var lastSlow, growFailed time.Time
+	scan := true
 	for {
-		// After a failure, requests from the script wait for the tick.
+		// A tick looks at every window; a request makes what the calls
+		// asked for. After a failure, requests wait for the tick. The
+		// stages made are counted and logged as they are made.
 		if now := time.Now(); now.Sub(growFailed) >= growEvery {
-			made, err := f.Grow(ctx, f.Now())
-			for _, m := range made {
-				g.grown.Inc()
-				log.Info("window grew: next stage made", zap.Time("window", f.Windows().Start(m.Bucket)), zap.Int("shard", m.Shard),
-					zap.Int("stage", m.Stage), zap.Uint64("bytes", m.Bytes))
+			var err error
+			if scan {
+				_, err = f.Grow(ctx, f.Now())
+			} else {
+				_, err = f.makeWanted(ctx)
 			}
 			if err != nil && ctx.Err() == nil {
 				growFailed = now
@@ -131,7 +148,9 @@ func (f *Filter) maintain(ctx context.Context, g *Gauges, log *zap.Logger, growE
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			scan = true
 		case <-f.GrowthWanted():
+			scan = false
 		}
 	}
 }
@@ -242,13 +261,12 @@ func (f *Filter) maintainSlow(ctx context.Context, now time.Time, window time.Du
 		switch stage := f.Plan().Stages[min(s.Stages, len(f.Plan().Stages))-1]; {
 		case s.TestOnly > 0 && warned[k] != "test-only":
 			warned[k] = "test-only"
-			log.Warn("window only tests new IDs: it reached DEDUPE_MAX_GROWTH, or its next stage could not be made; their copies pass",
+			log.Warn("window only tests new IDs: it reached DEDUPE_MAX_GROWTH; their copies pass",
 				zap.Time("window", s.Start), zap.Int("shard", s.Shard), zap.Int64("test_only", s.TestOnly), zap.Float64("estimated_elements", s.Elements))
 		case s.Overfilled > stage.CapacityPerShard/100 && warned[k] == "":
-			// A few batches overfill each stage while the next is made;
-			// more means it is late.
+			// Only replicas of a version before back-pressure overfill.
 			warned[k] = "overfilled"
-			log.Warn("window overfilled: its next stage was not made in time, the false-positive rate is above target",
+			log.Warn("window overfilled by a replica of an older version: the false-positive rate is above target",
 				zap.Time("window", s.Start), zap.Int("shard", s.Shard), zap.Int64("overfilled", s.Overfilled))
 		}
 	}

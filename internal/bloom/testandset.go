@@ -25,12 +25,18 @@ import (
 // For each partition, call with offsets in ascending order across calls:
 // wait for a call to return before sending later offsets of its partitions.
 //
+// A batch whose new elements need the next stage of a growing window
+// when that stage is not made yet is not decided: the call makes the
+// stage, or waits while another replica makes it, and decides the batch
+// then, all within Config.GrowthWait; past that it fails with
+// ErrGrowthWait, having decided and written nothing.
+//
 // On error no verdicts are returned. The batch may have been applied in
 // part or in full; calling again with the same elements returns the
 // decisions that were recorded. With Config.MinReplicas, a call whose
 // writes did not reach enough replicas in time fails too, with
-// ErrTooFewReplicas. Cancelling ctx abandons the calls in flight.
-// Safe for concurrent use.
+// ErrTooFewReplicas. Cancelling ctx abandons the calls in flight and a
+// wait for a stage. Safe for concurrent use.
 func (f *Filter) TestAndSet(ctx context.Context, elems []Element) ([]Verdict, error) {
 	if len(elems) == 0 {
 		return nil, nil
@@ -92,9 +98,11 @@ type batch struct {
 	buckets []byte
 	scratch []byte
 	bgroups []bucketGroup
-	// brefs numbers the buckets the call references (1-based), btab
-	// describes them to the script: growth record and stage keys.
+	// brefs numbers the buckets the call references (1-based), refList
+	// lists them by number, btab describes them to the script: growth
+	// record and stage keys.
 	brefs   map[bucketGroup]int
+	refList []bucketGroup
 	btab    []byte
 	btabBuf []byte
 	groupOf map[groupKey]int
@@ -237,32 +245,70 @@ func (b *batch) key(k string) int {
 }
 
 // run makes one script call for the items in order (sorted by shard,
-// topic, partition, offset) and writes their verdicts into out.
+// topic, partition, offset) and writes their verdicts into out. A call
+// refused for a stage it needs is made again once the stage is made
+// (awaitStages), within Config.GrowthWait from the first refusal.
 func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) error {
 	recordExpire := f.encode(b, order)
+	shard := b.items[order[0]].loc.shard
+	var waitStart time.Time
+	var needs []stageRef
+	for {
+		res, err := f.call(ctx, b, shard, recordExpire)
+		if err != nil {
+			if !waitStart.IsZero() && ctx.Err() == nil {
+				f.waited(waitStart, needs, false)
+			}
+			return fmt.Errorf("%w: test-and-set of %d elements on shard %d: %w", ErrRedis, len(order), shard, err)
+		}
+		if list, refused := strings.CutPrefix(res, "!"); refused {
+			f.refused()
+			if needs, err = b.parseStages(list); err != nil {
+				return err
+			}
+			if waitStart.IsZero() {
+				waitStart = time.Now()
+			}
+			deadline := waitStart.Add(f.cfg.GrowthWait)
+			if !time.Now().Before(deadline) {
+				err = fmt.Errorf("%w: refused for stage %d of %s after %v", ErrGrowthWait, needs[0].stage,
+					f.FilterKey(needs[0].shard, needs[0].bucket), f.cfg.GrowthWait)
+			} else {
+				err = f.awaitStages(ctx, needs, deadline)
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					f.waited(waitStart, needs, false)
+				}
+				return fmt.Errorf("test-and-set of %d elements on shard %d: %w", len(order), shard, err)
+			}
+			continue
+		}
+		if !waitStart.IsZero() {
+			f.waited(waitStart, needs, true)
+		}
+		if verdicts, list, ok := strings.Cut(res, "+"); ok {
+			res = verdicts
+			wanted, err := b.parseStages(list)
+			if err != nil {
+				return err
+			}
+			f.want(wanted)
+		}
+		return f.decode(b, order, res, out)
+	}
+}
+
+// call runs the script once.
+func (f *Filter) call(ctx context.Context, b *batch, shard int, recordExpire int64) (string, error) {
 	cctx, cancel := f.callCtx(ctx)
 	defer cancel()
-	shard := b.items[order[0]].loc.shard
-	var res string
-	var err error
 	if f.cfg.MinReplicas > 0 {
-		res, err = f.runReplicated(cctx, shard, b.keys,
+		return f.runReplicated(cctx, shard, b.keys,
 			f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, f.plan.Layout.Words, b.buckets, f.stageTab, b.btab)
-	} else {
-		res, err = testAndSetScript.Run(cctx, f.client, b.keys,
-			f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, f.plan.Layout.Words, b.buckets, f.stageTab, b.btab).Text()
 	}
-	if err != nil {
-		return fmt.Errorf("%w: test-and-set of %d elements on shard %d: %w", ErrRedis, len(order), shard, err)
-	}
-	if want, ok := strings.CutSuffix(res, "+"); ok {
-		res = want
-		select {
-		case f.growWanted <- struct{}{}:
-		default:
-		}
-	}
-	return f.decode(b, order, res, out)
+	return testAndSetScript.Run(cctx, f.client, b.keys,
+		f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, f.plan.Layout.Words, b.buckets, f.stageTab, b.btab).Text()
 }
 
 // encode builds the script's keys and arguments for the items in order
@@ -290,6 +336,7 @@ func (f *Filter) encode(b *batch, order []int) int64 {
 	})
 	lastByte := strconv.FormatUint(f.plan.ShardBits-8, 10)
 	clear(b.brefs)
+	b.refList = b.refList[:0]
 	b.btabBuf = b.btabBuf[:0]
 	ref := func(shard int, bucket int64) int {
 		k := bucketGroup{shard, bucket}
@@ -298,6 +345,7 @@ func (f *Filter) encode(b *batch, order []int) int64 {
 		}
 		r := len(b.brefs) + 1
 		b.brefs[k] = r
+		b.refList = append(b.refList, k)
 		meta := 0
 		if f.plan.Growth() {
 			meta = b.key(f.GrowthKey(shard, bucket))

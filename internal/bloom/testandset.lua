@@ -19,22 +19,34 @@
 --         last byte, deadline (Unix time: from then on the oldest key its
 --         elements are tested against may be gone).
 -- ARGV[8] msgpack stage table: S, each stage's capacity per shard, then
---         the words per key of stages 1..S-1.
+--         the words per key of stages 1..S-1, then the lead of stages
+--         1..S-1 in milliseconds (see the early trigger below).
 -- ARGV[9] msgpack per bucket: the index of its growth record (0 when S is
 --         1), then the key index of each of its S stages.
 --
 -- A bucket's growth record is a hash: k, the stage inserts go to (0 when
--- absent); n, the elements inserted into it; o, those inserted past its
--- capacity because the next stage was not made yet (at most 1/8 of it,
--- or 2,000 if more);
--- c, new elements not inserted because the last stage was full, or the
--- overfill reached its bound (test-only).
--- Returns one character per element, and '+' after them when a bucket's
--- newest stage is past its capacity and the next is not made yet: N new, D
--- duplicate, U new and not
+-- absent); n, the elements inserted into it; c, new elements not
+-- inserted because the last stage was full (test-only, the price of the
+-- cap); o, elements inserted past a stage's capacity, which only versions
+-- before this one did (they overfilled while the next stage was missing);
+-- a, the elements inserted into all stages; t and s, the server time (ms)
+-- and a at the last rate sample; r, the elements inserted per second
+-- between the last two samples; w, the stage asked for ahead; x, the
+-- highest stage seen made.
+--
+-- A stage is made ahead of need: once the room left in the newest stage
+-- is at most what the rate r inserts in the next stage's lead (the time
+-- making it may take), the call asks for the next stage. A new element
+-- that needs the next stage when it is not made yet is not decided: the
+-- whole call is refused, and nothing is written.
+--
+-- Returns, when the call is refused, '!' and the stages it needs as
+-- "bucket:stage" (bucket an index into ARGV[9]), comma-separated.
+-- Otherwise one character per element: N new, D duplicate, U new and not
 -- filtered (the caller's choice, or its bucket group past its deadline by
 -- this server's clock), n/d a replay decided new/duplicate before, u a
--- replay older than the record.
+-- replay older than the record; then, when stages are due ahead, '+' and
+-- those stages as above.
 --
 -- Every read comes first, then the decision records are written, then the
 -- filters. If a write fails, what was written is still replay-safe: either
@@ -50,10 +62,16 @@ local buckets = cmsgpack.unpack(ARGV[7])
 local stageTab = cmsgpack.unpack(ARGV[8])
 local btab = cmsgpack.unpack(ARGV[9])
 local S = stageTab[1]
-local capOf, nwOf = {}, {}
+local capOf, nwOf, leadOf = {}, {}, {}
 for i = 0, S - 1 do capOf[i] = stageTab[2 + i] end
 if S == 1 then capOf[0] = math.huge end -- one filter, no growth: never full
-for i = 1, S - 1 do nwOf[i] = stageTab[1 + S + i] end
+for i = 1, S - 1 do
+	nwOf[i] = stageTab[1 + S + i]
+	leadOf[i] = stageTab[2 * S + i]
+end
+-- The fill rate is sampled at most this often (ms): often enough to see a
+-- spike begin, seldom enough that a few batches do not make the sample.
+local RATE_MS = 250
 local BT = S + 1 -- entries per bucket in btab
 
 local band, bor, fmt = bit.band, bit.bor, string.format
@@ -109,17 +127,16 @@ local function getWords(key, st, xs, n, j1, j2)
 	return bitfield(key, args, m, 3)
 end
 
--- Buckets' growth records, read once per call: ref -> { k, n, o, c }.
+-- Buckets' growth records, read once per call: ref -> the fields above.
 local grown = {}
+local FIELDS = { 'k', 'n', 'o', 'c', 'a', 't', 's', 'r', 'w', 'x' }
 local function growth(ref)
 	local st = grown[ref]
 	if st then return st end
-	st = { k = 0, n = 0, o = 0, c = 0, dirty = false }
+	st = { dirty = false }
 	local meta = btab[BT * (ref - 1) + 1]
-	if meta > 0 then
-		local r = redis.call('HMGET', KEYS[meta], 'k', 'n', 'o', 'c')
-		st.k, st.n, st.o, st.c = tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0, tonumber(r[4]) or 0
-	end
+	local r = meta > 0 and redis.call('HMGET', KEYS[meta], unpack(FIELDS)) or {}
+	for i = 1, #FIELDS do st[FIELDS[i]] = tonumber(r[i]) or 0 end
 	grown[ref] = st
 	return st
 end
@@ -202,7 +219,7 @@ end
 -- Every stage a bucket has is tested; inserts go to its newest.
 local caches = {} -- filter key index -> { word offset -> new value }
 local EMPTY = {} -- the cache of a key this call has not written
-local wantStage = false -- a bucket needs its next stage made
+local wants, needs = {}, {} -- "ref:stage" due ahead; needed now (refused)
 local dirtyOf = {} -- filter key index -> { n, offsets... }
 local written = {} -- key index -> expiry, for the keys written
 local lastByteOf = {} -- stage 0 key index -> bit offset of its last byte
@@ -300,11 +317,11 @@ for g = 1, nb do
 		-- Decide in order: an element held by none is new, and inserted in
 		-- the newest stage, whose cache makes it visible to later elements
 		-- of the call. A stage at its capacity hands over to the next,
-		-- made ahead by the maintenance; if that is missing the stage
-		-- takes more (counted in o), and past the last stage the bucket
-		-- only tests (counted in c). A stage handed over to in this call
-		-- held nothing before it.
-		local nextMissing = false
+		-- made ahead; if that is missing the call is refused (the bucket
+		-- stops here, the others go on only to name what they need), and
+		-- past the last stage the bucket only tests (counted in c). A
+		-- stage handed over to in this call held nothing before it.
+		local refused = false
 		local keyOf = {}
 		for st = 0, S - 1 do keyOf[st] = stageKey(ref, st) end
 		for k = 1, n do
@@ -333,21 +350,21 @@ for g = 1, nb do
 				verdict[x] = 'D'
 			else
 				verdict[x] = 'N'
-				if gs.n >= capOf[gs.k] and gs.k + 1 < S and not nextMissing then
+				if gs.n >= capOf[gs.k] and gs.k + 1 < S then
 					if redis.call('EXISTS', KEYS[keyOf[gs.k + 1]]) == 1 then
 						gs.k, gs.n, gs.dirty = gs.k + 1, 0, true
+						gs.x = math.max(gs.x, gs.k)
 					else
-						nextMissing = true
+						refused = true
+						needs[#needs + 1] = ref .. ':' .. (gs.k + 1)
+						break
 					end
 				end
-				-- Past the last stage, or past an overfill of 1/8 of the
-				-- stage or 2,000 (a few batches) if more (the next stage is
-				-- not being made), the bucket only tests.
-				if gs.n >= capOf[gs.k] and (gs.k + 1 >= S or gs.n - capOf[gs.k] >= math.max(capOf[gs.k] * 0.125, 2000)) then
+				-- Past the last stage the bucket only tests.
+				if gs.n >= capOf[gs.k] then
 					gs.c, gs.dirty = gs.c + 1, true
 				else
-					if gs.n >= capOf[gs.k] then gs.o = gs.o + 1 end
-					gs.n, gs.dirty = gs.n + 1, true
+					gs.n, gs.a, gs.dirty = gs.n + 1, gs.a + 1, true
 					local keyIdx = keyOf[gs.k]
 					local c = caches[keyIdx]
 					if c == nil then
@@ -375,14 +392,37 @@ for g = 1, nb do
 				end
 			end
 		end
-		if gs.dirty then written[btab[BT * (ref - 1) + 1]] = expiry end
-		-- Ask for the next stage once the newest is past its capacity and
-		-- the next is not made yet (see Filter.Grow).
-		if gs.k + 1 < S and gs.n > capOf[gs.k] and not wantStage then
-			wantStage = redis.call('EXISTS', KEYS[stageKey(ref, gs.k + 1)]) == 0
+		if not refused and gs.k + 1 < S then
+			-- The rate: elements inserted since the last sample over the
+			-- time since, sampled at most every RATE_MS.
+			if gs.dirty then
+				if gs.t == 0 or nowMs < gs.t then
+					gs.t, gs.s = nowMs, gs.a
+				elseif nowMs - gs.t >= RATE_MS then
+					gs.r = (gs.a - gs.s) * 1000 / (nowMs - gs.t)
+					gs.t, gs.s = nowMs, gs.a
+				end
+			end
+			-- Ahead of need: ask for the next stage while the newest has
+			-- room for no more than the rate fills in the next stage's
+			-- lead (at once when it is full), until it is seen made.
+			local nxt = gs.k + 1
+			if gs.x < nxt and capOf[gs.k] - gs.n <= gs.r * leadOf[nxt] / 1000 then
+				if redis.call('EXISTS', KEYS[keyOf[nxt]]) == 1 then
+					gs.x, gs.dirty = nxt, true
+				else
+					wants[#wants + 1] = ref .. ':' .. nxt
+					if gs.w < nxt then gs.w, gs.dirty = nxt, true end
+				end
+			end
 		end
+		if gs.dirty then written[btab[BT * (ref - 1) + 1]] = expiry end
 	end
 end
+
+-- A stage needed and not made: nothing is written, the caller makes or
+-- awaits it and calls again.
+if #needs > 0 then return '!' .. table.concat(needs, ',') end
 
 -- 3. Decision records: the fresh decisions of each partition, packed into
 -- fields of up to 50 bits (offsets in between belong to other shards or were
@@ -447,9 +487,12 @@ end
 for ref, gs in pairs(grown) do
 	local meta = btab[BT * (ref - 1) + 1]
 	if gs.dirty and meta > 0 then
-		redis.call('HSET', KEYS[meta], 'k', fmt('%d', gs.k), 'n', fmt('%d', gs.n), 'o', fmt('%d', gs.o), 'c', fmt('%d', gs.c))
+		redis.call('HSET', KEYS[meta], 'k', fmt('%d', gs.k), 'n', fmt('%d', gs.n), 'o', fmt('%d', gs.o), 'c', fmt('%d', gs.c),
+			'a', fmt('%d', gs.a), 't', fmt('%d', gs.t), 's', fmt('%d', gs.s), 'r', fmt('%.1f', gs.r), 'w', fmt('%d', gs.w), 'x', fmt('%d', gs.x))
 		expireNotBefore(KEYS[meta], written[meta])
 	end
 end
 
-return table.concat(verdict, '', 1, nEl) .. (wantStage and '+' or '')
+local out = table.concat(verdict, '', 1, nEl)
+if #wants > 0 then out = out .. '+' .. table.concat(wants, ',') end
+return out
