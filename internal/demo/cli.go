@@ -100,14 +100,12 @@ func (r *Result) Print(w io.Writer) {
 	row("lost", "%s", lost)
 	row("false positives observed", "%s, expected %s (sd %s) from the filter's rate at its fill over %s first-seen tests; the workers' counters say %s",
 		group3(int64(r.FalsePositives)), approx(r.ExpectedFP), approx(math.Sqrt(r.ExpectedFPVar)), group3(int64(r.Distinct)), group3(int64(r.FalsePositivesByCounters)))
-	if r.Check.DuplicatesPass > 0 {
-		row("duplicates passed", "%s IDs forwarded from more than one source (late: %s)", group3(int64(r.Check.DuplicatesPass)),
-			group3(int64(r.Verdicts["late"])))
-	}
+	row("duplicates passed", "%s IDs forwarded from more than one source (late: %s)", group3(int64(r.Check.DuplicatesPass)),
+		group3(int64(r.Verdicts["late"])))
 	row("throughput", "%s events/s: %v from the first event produced to the last offset committed (broker, generator and both replicas share this process)",
 		group3(int64(r.EventsPerSecond())), r.Elapsed.Round(time.Millisecond))
 	perID := func(b int64) float64 { return float64(b) / float64(max(r.Distinct, 1)) }
-	row("Redis bytes per distinct ID", "%.2f by MEMORY USAGE of the %d filter key(s) holding the run's IDs (%s bytes); %.2f by the growth of INFO used_memory (%s bytes: also the next window's key, made ahead of time, and the decision records)",
+	row("Redis bytes per distinct ID", "%.2f by MEMORY USAGE of the %d filter key(s) holding the run's IDs (%s bytes); %.2f by the growth of INFO used_memory (%s bytes: also the next window's key, made ahead of time, any stage made ahead of need, and the decision records)",
 		perID(r.FilterKeyBytes), r.FilterKeys, group3(r.FilterKeyBytes), perID(r.UsedMemoryGrowth), group3(r.UsedMemoryGrowth))
 	if math.IsInf(r.EstElements, 1) || r.Fill >= 1 {
 		row("filter statistics", "fill %.4f: every bit is set, so every new ID is taken for a repeat", r.Fill)
@@ -116,6 +114,14 @@ func (r *Result) Print(w io.Writer) {
 	}
 	row("filter stages", "%d of %d (growth up to %gx the expected IDs); %s inserted past a full stage, %s only tested past the cap",
 		r.Stages, len(r.Plan.Stages), o.MaxGrowth, group3(r.Overfilled), group3(r.TestOnly))
+	if r.Plan.Growth() {
+		waits := "no batch waited for one"
+		if r.Waits > 0 {
+			waits = fmt.Sprintf("%s batches waited for one not made yet (%s calls refused), %v in all, the longest at most %v",
+				group3(int64(r.Waits)), group3(int64(r.Refused)), r.WaitTotal.Round(time.Millisecond/10), r.LongestWait)
+		}
+		row("stages made", "%s by the replicas; %s", group3(int64(r.StagesMade)), waits)
+	}
 	var each []string
 	for _, d := range r.PerReplica {
 		each = append(each, group3(int64(d)))

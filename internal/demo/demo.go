@@ -155,9 +155,12 @@ type Result struct {
 	Check                      clickstream.Report
 
 	// FilterKeyBytes is MEMORY USAGE summed over the filter keys of the
-	// buckets the run's IDs fell in (FilterKeys of them).
+	// buckets the run's IDs fell in (FilterKeys of them: every stage in
+	// use and those before it).
 	FilterKeyBytes int64
 	FilterKeys     int
+	// PlannedKeyBytes is what the plan gives for those keys.
+	PlannedKeyBytes int64
 	// UsedMemoryGrowth is INFO memory used_memory at the end less before
 	// the workers started.
 	UsedMemoryGrowth int64
@@ -168,6 +171,13 @@ type Result struct {
 	// growth records.
 	Stages               int
 	Overfilled, TestOnly int64
+	// StagesMade are the stages the replicas made; Refused the
+	// test-and-set calls refused for a stage not made yet; Waits the
+	// batches that waited for one, WaitTotal how long in all, and
+	// LongestWait the upper bound of the histogram bucket of the longest
+	// (the replicas' dedupe_filter_growth_wait_seconds).
+	StagesMade, Refused, Waits int
+	WaitTotal, LongestWait     time.Duration
 
 	PerReplica   []float64 // events decided by each replica
 	Verdicts     map[string]float64
@@ -449,6 +459,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for _, c := range final.each {
 		res.PerReplica = append(res.PerReplica, c.decided())
 	}
+	g := final.total
+	res.StagesMade, res.Refused, res.Waits = int(g.stagesMade), int(g.refused), int(g.waits)
+	res.WaitTotal, res.LongestWait = time.Duration(g.waitSeconds*float64(time.Second)), g.longestWait()
 	return res, nil
 }
 
@@ -543,16 +556,25 @@ func redisFacts(ctx context.Context, rc redis.UniversalClient, f *bloom.Filter, 
 	}
 	shards := f.Plan().Shards
 	for b := range buckets {
-		for s := range shards {
-			n, err := rc.MemoryUsage(ctx, f.FilterKey(s, b)).Result()
-			if errors.Is(err, redis.Nil) {
-				continue // expired already: a window shorter than the run
+		// The stages each shard inserts into and those before it: the
+		// keys holding the run's IDs (a stage made ahead holds none).
+		st, err := f.Stats(ctx, w.Start(b))
+		if err != nil {
+			return err
+		}
+		for _, x := range st[:min(shards, len(st))] {
+			for stage := range max(x.Stages, 1) {
+				n, err := rc.MemoryUsage(ctx, f.StageKey(x.Shard, b, stage)).Result()
+				if errors.Is(err, redis.Nil) {
+					continue // expired already: a window shorter than the run
+				}
+				if err != nil {
+					return fmt.Errorf("MEMORY USAGE: %w", err)
+				}
+				res.FilterKeyBytes += n
+				res.FilterKeys++
+				res.PlannedKeyBytes += int64(f.Plan().Stages[stage].Memory) / int64(shards)
 			}
-			if err != nil {
-				return fmt.Errorf("MEMORY USAGE: %w", err)
-			}
-			res.FilterKeyBytes += n
-			res.FilterKeys++
 		}
 	}
 	// The newest bucket's shards come first.
