@@ -104,7 +104,7 @@
 //     shard's window fills (elements inserted per second, sampled by the
 //     server's clock at most every 250 ms). Once the room left in the
 //     newest stage is at most that rate times the next stage's lead
-//     (StageLead: 0.5 s, plus 2 ms per MiB of the stage over all shards,
+//     (StageLead: 100 ms, plus 2 ms per MiB of the stage over all shards,
 //     about 3 times what a SET of that size took on the development
 //     machine), the call asks for the next stage in its reply and in the
 //     record, and the maintenance makes it at once (GrowthWanted; its
@@ -131,16 +131,18 @@
 // What a stage made early costs: memory, and only for windows that came
 // within their rate times the lead of a stage boundary. For the planner's
 // example (7 million IDs per 10-minute window at 1e-6, 17 shards, leads
-// of 0.7, 1.3 and 4.3 s for stages 1 to 3), a window filled evenly over
-// its length asks for stage 1 on a shard when that shard is within 480
-// IDs (0.12%) of its 413,690: a window at exactly its plan does so on
-// some shard with a chance of about 19% (2% with a stage made only when
+// of 0.3, 0.9 and 3.9 s for stages 1 to 3), a window filled evenly over
+// its length asks for stage 1 on a shard when that shard is within 210
+// IDs (0.05%) of its 413,690: a window at exactly its plan does so on
+// some shard with a chance of about 6% (2% with a stage made only when
 // full), making 6 MiB beside its 30, and a window at 99% of its plan
 // never does. At 16 times the plan the window asks for stage 3 (1,904
-// MiB) 47,000 IDs (1%) before stage 2 is full. A spike, by its rate, gets
-// its stages a lead before it needs them, which is the point: it costs the
-// memory of the stages it fills, and at most one more if it ends within a
-// lead of a boundary. Versions before this one overfilled a stage while
+// MiB) 43,000 IDs (0.9%) before stage 2 is full. A spike, by its rate,
+// gets its stages a lead before it needs them, which is the point: it
+// costs the memory of the stages it fills, and one more if it ends within
+// a lead of a boundary. A window filled to its plan within seconds is
+// such a spike (cmd/bloom-bench fills a day's window in 8 s, and makes
+// every shard's stage 1 near its end). Versions before this one overfilled a stage while
 // its next was missing (the record's o) and then only tested; replicas of
 // such a version in a rolling deploy still do.
 //

@@ -25,13 +25,16 @@ var ErrGrowthWait = errors.New("the next stage of a growing window was not made 
 
 // The lead of a stage: it is asked for once the stage before has room
 // for no more than the rate at which that one fills times the lead.
-// leadBase covers the rate's sampling (every 250 ms), the reply reaching
-// the maker and the calls around the SET; leadPerMiB the SET itself, per
-// MiB of the stage over all shards (made one shard after another). A SET
-// of 128 MiB took 75 to 97 ms on the development machine, about 0.7 ms
-// per MiB: leadPerMiB is about 3 times that, for a loaded server.
+// leadBase covers the reply reaching the maker and the calls around the
+// SET (a batch that waited for a small stage waited about 10 ms in all);
+// leadPerMiB the SET itself, per MiB of the stage over all shards (made
+// one shard after another). A SET of 128 MiB took 75 to 97 ms on the
+// development machine, about 0.7 ms per MiB: leadPerMiB is about 3 times
+// that, for a loaded server. A longer lead makes fewer batches wait and
+// more windows pay for a stage they may not fill: a lead too short costs
+// a wait, bounded and counted, not a duplicate.
 const (
-	leadBase   = 500 * time.Millisecond
+	leadBase   = 100 * time.Millisecond
 	leadPerMiB = 2 * time.Millisecond
 )
 
@@ -228,7 +231,8 @@ func (f *Filter) GrowthWanted() <-chan struct{} { return f.growWanted }
 // and ctx's error when ctx ends first.
 func (f *Filter) awaitStages(ctx context.Context, needs []stageRef, deadline time.Time) error {
 	for _, r := range needs {
-		pause := 2 * time.Millisecond
+		// A small stage is made within a few milliseconds: look often.
+		pause := time.Millisecond
 		for {
 			res, err := f.makeStage(ctx, r)
 			if err != nil {
@@ -249,7 +253,7 @@ func (f *Filter) awaitStages(ctx context.Context, needs []stageRef, deadline tim
 				return fmt.Errorf("waiting for stage %d of %s: %w", r.stage, f.FilterKey(r.shard, r.bucket), ctx.Err())
 			case <-t.C:
 			}
-			pause = min(2*pause, 50*time.Millisecond)
+			pause = min(2*pause, 10*time.Millisecond)
 		}
 	}
 	return nil
