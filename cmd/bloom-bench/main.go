@@ -306,7 +306,9 @@ func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode)
 		plan.Layout.Words, plan.Layout.BitsPerWord, plan.Shards, plan.ShardBits, float64(plan.Bits())/float64(s.distinct), plan.AchievedFPR,
 		float64(plan.Standard.Bits)/float64(distinct), plan.Standard.Hashes)
 	if plan.Growth() {
-		r.note += fmt.Sprintf("; planned n %d, growth up to %gx in %d stages", plan.Elements, o.growth, len(plan.Stages))
+		g := f.GrowthStats()
+		r.note += fmt.Sprintf("; planned n %d, growth up to %gx in %d stages: %d made, %d calls refused for a stage, %d waits (longest %v)",
+			plan.Elements, o.growth, len(plan.Stages), g.Made, g.Refused, g.Waits, g.Longest.Round(time.Millisecond/10))
 	}
 	return r, nil
 }
