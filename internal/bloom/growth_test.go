@@ -134,6 +134,7 @@ func TestGrowthKeepsTheRate(t *testing.T) {
 			// may get a little more than its share of the 64x and reach
 			// the cap: at most 1% only tested.
 			assertStage(t, f, at, 3, int64(64*n/100))
+			t.Logf("growth: %+v", f.GrowthStats())
 			assertAllKeysExpire(t, c)
 			if t.Failed() {
 				return
@@ -372,7 +373,7 @@ func TestGrowthAheadOfNeed(t *testing.T) {
 	lead := StageLead(f.plan.Stages[1])
 	due := n - int(math.Ceil(g.Rate*lead.Seconds()))
 	if due <= next {
-		t.Skipf("rate %.0f/s: stage 1 due at once (%d IDs in)", g.Rate, next)
+		t.Fatalf("rate %.0f/s: stage 1 due at once (%d IDs in), nothing left to show", g.Rate, next)
 	}
 	var asked bool
 	for next < n && !asked {
@@ -403,8 +404,10 @@ func TestGrowthAheadOfNeed(t *testing.T) {
 }
 
 // Replicas that need the same stage at once all wait for it, one makes
-// it (one SET), and nobody inserts into a stage that is being made: every
-// ID is first seen once, and every copy afterwards is a duplicate.
+// it, and nobody inserts into a stage that is being made: every ID is
+// first seen once, and every copy afterwards is a duplicate. The stage's
+// lock is held (as by a maker on another replica) until every replica has
+// been refused, so that all of them wait.
 func TestGrowthReplicasWaitForOneStage(t *testing.T) {
 	srv := testenv.Redis(t)
 	c := testenv.RedisClient(t, srv)
@@ -415,8 +418,13 @@ func TestGrowthReplicasWaitForOneStage(t *testing.T) {
 		// One client each, as replicas have.
 		fs = append(fs, growingFilter(t, testenv.RedisClient(t, srv), at, n, 1e-6, 64, func(cfg *Config) { cfg.Pipeline = "wait" }))
 	}
-	// Stage 0 full to the last ID.
-	fillTo(t, fs[0], at, "pre", 0, n)
+	// Stage 0 full to the last ID, in one call: over several, a rate
+	// measured could have stage 1 asked for, and made, ahead.
+	verdicts(t, fs[0], batchOf("pre", 0, n, at)...)
+	lock := fs[0].StageKey(0, fs[0].cfg.Windows.Bucket(at), 1) + ":making"
+	if err := c.Set(t.Context(), lock, 1, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
 	// Each replica's batch needs stage 1; some of the IDs are shared.
 	firsts := make([][]string, replicas)
 	var wg sync.WaitGroup
@@ -444,6 +452,17 @@ func TestGrowthReplicasWaitForOneStage(t *testing.T) {
 		}()
 	}
 	close(start)
+	testenv.Eventually(t, 30*time.Second, "every replica refused for stage 1", func() bool {
+		for _, f := range fs {
+			if f.GrowthStats().Refused == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := c.Del(t.Context(), lock).Err(); err != nil {
+		t.Fatal(err)
+	}
 	wg.Wait()
 	if t.Failed() {
 		return
@@ -460,8 +479,8 @@ func TestGrowthReplicasWaitForOneStage(t *testing.T) {
 			t.Errorf("a replica's wait failed: %+v", w)
 		}
 	}
-	if made != 1 || waits < 1 {
-		t.Errorf("stage 1 made %d times, %d waits: want made once, and waited for", made, waits)
+	if made != 1 || waits != replicas {
+		t.Errorf("stage 1 made %d times, %d waits: want made once, and waited for by each of %d replicas", made, waits, replicas)
 	}
 	t.Logf("%d replicas: stage made %d time(s), %d waits (longest %v), %d refusals", replicas, made, waits, longest, refused)
 	seen := map[string]int{}
