@@ -51,6 +51,9 @@ import (
 //     makes one call at a time; other replicas call at the same time.
 //   - bloom.ErrInvalidElement (inside the error) marks input the filter
 //     refuses whatever the retries: the worker stops rather than retry it.
+//   - A call may wait, bounded (bloom.Config.GrowthWait), for a stage of a
+//     growing window that its batch needs; bloom.ErrGrowthWait then fails
+//     it having decided nothing, and it is retried like any Redis error.
 type Filter interface {
 	TestAndSet(ctx context.Context, elems []bloom.Element) ([]bloom.Verdict, error)
 }
