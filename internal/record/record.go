@@ -1,6 +1,7 @@
 // Package record owns the format of what the worker writes: the headers it
 // adds to forwarded messages and dead letters, the source identity that
-// downstream counts deduplicate replays by, and the dead-letter reasons.
+// downstream counts deduplicate replays by, the dead-letter reasons, and
+// the verdicts shadow mode marks forwarded events with.
 // The worker writes it; the output balancer, the demo, the tools and the
 // tests read it, all through this package.
 package record
@@ -28,7 +29,61 @@ const (
 	// because it was beyond the lag bound: "late" or "future". A copy of it
 	// may have been forwarded before.
 	UndeduplicatedHeader = "dedupe-undeduplicated"
+	// VerdictHeader is on every deduplicated message forwarded in shadow
+	// mode: what drop mode would have done with it, as a Verdict label
+	// ("first" or "duplicate").
+	VerdictHeader = "dedupe-verdict"
 )
+
+// Verdict is what drop mode does with a deduplicated event: forward it
+// (First: seen for the first time, a replay of one, or a replay older
+// than the decision records) or drop it (Duplicate). Shadow mode forwards
+// both and says which in the VerdictHeader; the per-partition verdict
+// metric counts them in either mode.
+type Verdict uint8
+
+// The verdicts.
+const (
+	First Verdict = iota
+	Duplicate
+)
+
+var verdictLabels = [...]string{"first", "duplicate"}
+
+// verdictValues are the labels as header values, shared by every message
+// (never written to).
+var verdictValues = [...][]byte{[]byte(verdictLabels[First]), []byte(verdictLabels[Duplicate])}
+
+// Verdicts are all the verdicts, in order.
+func Verdicts() []Verdict { return []Verdict{First, Duplicate} }
+
+// String is the verdict's label: the VerdictHeader value and the verdict
+// label of dedupe_partition_verdicts_total.
+func (v Verdict) String() string {
+	if int(v) < len(verdictLabels) {
+		return verdictLabels[v]
+	}
+	return "unknown"
+}
+
+// Value is the VerdictHeader value of v. The slice is shared: callers
+// must not write to it.
+func (v Verdict) Value() []byte {
+	if int(v) < len(verdictValues) {
+		return verdictValues[v]
+	}
+	return []byte(v.String())
+}
+
+// ParseVerdict reads a VerdictHeader value.
+func ParseVerdict(b []byte) (Verdict, bool) {
+	for i, l := range verdictLabels {
+		if string(b) == l {
+			return Verdict(i), true
+		}
+	}
+	return 0, false
+}
 
 // Source is where an input message was: its topic, partition and offset.
 type Source struct {
@@ -89,10 +144,21 @@ const (
 	// Refused: the output topic refused the forwarded event as invalid
 	// (INVALID_RECORD, INVALID_TIMESTAMP, CORRUPT_MESSAGE).
 	Refused
+	// NoKey: the ID is the message key, and the message has none (a null
+	// key and an empty one read the same).
+	NoKey
+	// NoHeader: the ID is a header the message does not carry.
+	NoHeader
+	// EmptyHeader: the ID header is there, with an empty value.
+	EmptyHeader
+	// EmptyValue: the ID is the hash of the value, and the value is empty.
+	EmptyValue
+	// NoIDPart: the ID is a composite of JSON fields, and one is missing.
+	NoIDPart
 )
 
 var reasonLabels = [...]string{"other", "not_json", "too_deep", "no_id", "empty_id", "bad_id", "no_time", "bad_time", "invalid_utf8",
-	"too_large", "late", "future", "refused"}
+	"too_large", "late", "future", "refused", "no_key", "no_header", "empty_header", "empty_value", "no_id_part"}
 
 // Reasons are all the reasons, in order: loops over them (metrics made at
 // 0, tests) use this rather than the last constant.

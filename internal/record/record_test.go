@@ -35,3 +35,22 @@ func TestReasonLabels(t *testing.T) {
 		t.Error("unknown reasons are not other")
 	}
 }
+
+// The verdict labels are the header values, and read back.
+func TestVerdictLabels(t *testing.T) {
+	want := map[Verdict]string{First: "first", Duplicate: "duplicate"}
+	if len(Verdicts()) != len(want) {
+		t.Fatalf("%d verdicts, want %d", len(Verdicts()), len(want))
+	}
+	for _, v := range Verdicts() {
+		if v.String() != want[v] || string(v.Value()) != want[v] {
+			t.Errorf("verdict %d: label %q, value %q; want %q", v, v.String(), v.Value(), want[v])
+		}
+		if got, ok := ParseVerdict(v.Value()); !ok || got != v {
+			t.Errorf("%q parses as %v, %v", v.Value(), got, ok)
+		}
+	}
+	if _, ok := ParseVerdict([]byte("first_seen")); ok {
+		t.Error("an unknown verdict parses")
+	}
+}
