@@ -19,9 +19,10 @@ import (
 // each kill, with the production session timeout of 10 s. Replicas die
 // at every step of the group protocol: reading, with a JoinGroup waiting
 // at the coordinator, between join and sync, before their first join.
-// The rig expires the members of killed processes that the broker never
-// timed, as a Kafka coordinator would (see expireKilled); the joins that
-// live replicas give up are left to the broker.
+// In a stable group the rig expires the members of killed processes that
+// the broker never timed, as a Kafka coordinator would (see
+// expireKilled); rebalances, and the joins that live replicas give up,
+// are left to the broker.
 // The group must be stable again, with exactly the live replicas, and
 // all the input committed, within the bounds of crashBurstBounds after
 // the last kill. On the test broker, whose rebalance timer every
@@ -62,7 +63,8 @@ const (
 //   - the members of killed processes are removed within S: by the
 //     broker's session timer, its rebalance timer (within one P once the
 //     live members only re-send their joins), or, for those it never
-//     answered and so never timed, by the rig (expireKilled);
+//     answered and so never timed, by the rig once the group is stable
+//     (expireKilled);
 //   - a dead member made leader holds the sync barrier for R, and a live
 //     member that was between joins when the timer fired joins again,
 //     within another P and R;

@@ -427,18 +427,20 @@ func (r *rig) groupState() (state string, pids []int, err error) {
 }
 
 // expireKilled does for the workers' group what a Kafka coordinator does
-// and the test broker does not always do: it removes each member of a
-// killed worker once the session timeout has passed since the kill (with
-// a LeaveGroup naming it). kfake starts a member's session timer only
-// when a response to it has been written. A worker killed while its first
-// JoinGroup waited is still counted as joined, so the rebalance completes
-// once the others rejoin; its answer cannot reach it (or, as kfake picks
-// at random, is taken into the dead connection's buffer), and the member
-// may stay in the stable group, with partitions that no one reads, until
-// another rebalance. Kafka starts the session at the join, and would have
-// expired it within the session timeout. Members of live workers (a join
-// a worker gave up) are left to the broker. The returned function stops
-// it (it may be called again) and says how many members it removed.
+// and the test broker does not always do: once the group is stable, it
+// removes each member of a killed worker whose session timeout has passed
+// since the kill (with a LeaveGroup naming it). kfake starts a member's
+// session timer only when a response to it has been written. A worker
+// killed while its first JoinGroup waited is still counted as joined, so
+// the rebalance completes once the others rejoin; its answer cannot reach
+// it (or, as kfake picks at random, goes into the dead connection's
+// buffer), and the member can stay in the stable group, with partitions
+// that no one reads, until another rebalance. Kafka starts the session at
+// the join and would have expired it. While the group rebalances, and for
+// the joins that live workers gave up, the broker is left to itself: that
+// is where its rebalance timer and the workers' timings meet. The
+// returned function stops it (it may be called again) and says how many
+// members it removed.
 func (r *rig) expireKilled(session time.Duration) (stop func() int) {
 	done, ended := make(chan struct{}), make(chan struct{})
 	var removed int
@@ -454,8 +456,8 @@ func (r *rig) expireKilled(session time.Duration) (stop func() int) {
 				return
 			case <-tick.C:
 			}
-			_, members, err := r.groupMembers()
-			if err != nil {
+			state, members, err := r.groupMembers()
+			if err != nil || state != "Stable" {
 				continue
 			}
 			for _, m := range members {
