@@ -37,12 +37,34 @@ type Config struct {
 	// RedisAddrs are host:port, comma-separated: one is a standalone server,
 	// several are seeds of a Redis Cluster. Required.
 	RedisAddrs []string `envconfig:"REDIS_ADDRS" required:"true"`
-	// IDField locates the element ID: a JSON field path such as click_id or
-	// meta.id, "key" for the message key, or "header:NAME". Required.
-	IDField string `envconfig:"ID_FIELD" required:"true"`
+	// IDFrom is where the element ID comes from: json (the JSON fields
+	// IDField names), key (the message key), header (the header IDHeader
+	// names) or value (a 128-bit hash of the whole value, which catches
+	// byte-identical copies). With key, header and value the value is never
+	// parsed, so it may be Avro, Protobuf or anything else. Default: json.
+	IDFrom string `envconfig:"ID_FROM" default:"json"`
+	// IDField, with IDFrom json, is the JSON field path of the ID (click_id,
+	// meta.id), or up to 8 paths separated by commas for a composite ID
+	// (tenant_id,meta.click_id). The values "key" and "header:NAME" mean
+	// IDFrom key and header with IDHeader NAME, as they did before IDFrom.
+	// Required with json; not set otherwise.
+	IDField string `envconfig:"ID_FIELD"`
+	// IDHeader is the header holding the ID, with IDFrom header. Required
+	// with header; not set otherwise.
+	IDHeader string `envconfig:"ID_HEADER"`
 	// TimeField is a JSON field path holding the event time (Unix seconds,
-	// Unix milliseconds or RFC 3339). Default: empty, the message timestamp.
+	// Unix milliseconds or RFC 3339), with IDFrom json only. Default:
+	// empty, the message timestamp.
 	TimeField string `envconfig:"TIME_FIELD"`
+	// TimeHeader is a header holding the event time, in the forms of
+	// TimeField; not with TimeField. Default: empty, the message timestamp.
+	TimeHeader string `envconfig:"TIME_HEADER"`
+	// Mode is drop (duplicates are dropped) or shadow (every valid event is
+	// forwarded, each deduplicated one with the dedupe-verdict header,
+	// first or duplicate, saying what drop would have done). Both decide
+	// and record alike, in the same keys, so a pipeline switched from
+	// shadow to drop keeps its windows. Default: drop.
+	Mode string `envconfig:"MODE" default:"drop"`
 	// Window is the deduplication window, a Go duration. Default: 10m.
 	Window time.Duration `envconfig:"WINDOW" default:"10m"`
 	// WindowMode is rolling or fixed. Default: rolling.
@@ -350,16 +372,36 @@ func (c Config) Validate() error {
 	if _, err := ParseStartOffset(c.StartOffset); err != nil {
 		return bad("START_OFFSET", "%v", err)
 	}
-	if _, err := ParseIDField(c.IDField); err != nil {
-		return bad("ID_FIELD", "%v", err)
+	src, err := c.IDSource()
+	if err != nil {
+		return err
 	}
-	if c.TimeField != "" {
+	switch {
+	case c.TimeField != "" && c.TimeHeader != "":
+		return bad("TIME_FIELD", "set with %s_TIME_HEADER; the event time comes from one of them", Prefix)
+	case c.TimeField != "" && src.Kind != JSONID:
+		return bad("TIME_FIELD", "reads the JSON value, which %s_ID_FROM=%s never parses; use %s_TIME_HEADER or the message timestamp", Prefix, src.Kind, Prefix)
+	case c.TimeField != "":
 		if _, err := parsePath(c.TimeField); err != nil {
 			return bad("TIME_FIELD", "%v", err)
 		}
 	}
+	if c.TimeHeader != "" {
+		if err := checkHeaderName(c.TimeHeader); err != nil {
+			return bad("TIME_HEADER", "%v", err)
+		}
+	}
+	if c.Mode != ModeDrop && c.Mode != ModeShadow {
+		return bad("MODE", "%q: want %s or %s", c.Mode, ModeDrop, ModeShadow)
+	}
 	return nil
 }
+
+// The values of Mode.
+const (
+	ModeDrop   = "drop"
+	ModeShadow = "shadow"
+)
 
 // The values of LatePolicy.
 const (
@@ -414,39 +456,150 @@ func hasEmpty(xs []string) bool {
 
 // IDSource says where the element ID of a message is.
 type IDSource struct {
-	Kind   IDKind
-	Header string   // for HeaderID
-	Path   []string // for JSONID
+	Kind IDKind
+	// Header names the header, for HeaderID.
+	Header string
+	// Paths are the JSON field paths, for JSONID: one, or several for a
+	// composite ID.
+	Paths [][]string
 }
 
-// IDKind is the kind of IDSource.
+// IDKind is the kind of IDSource: the values of DEDUPE_ID_FROM.
 type IDKind int
 
 const (
 	JSONID IDKind = iota
 	KeyID
 	HeaderID
+	ValueID
 )
 
-// ParseIDField reads DEDUPE_ID_FIELD.
-func ParseIDField(s string) (IDSource, error) {
-	switch {
-	case s == "key":
-		return IDSource{Kind: KeyID}, nil
-	case strings.HasPrefix(s, "header:"):
-		name := strings.TrimPrefix(s, "header:")
-		if name == "" {
-			return IDSource{}, errors.New("header: needs a header name")
-		}
-		return IDSource{Kind: HeaderID, Header: name}, nil
+var idKinds = [...]string{"json", "key", "header", "value"}
+
+// String is the DEDUPE_ID_FROM value of k.
+func (k IDKind) String() string {
+	if int(k) < len(idKinds) && k >= 0 {
+		return idKinds[k]
 	}
-	p, err := parsePath(s)
-	return IDSource{Kind: JSONID, Path: p}, err
+	return "unknown"
+}
+
+// MaxIDParts bounds the fields of a composite ID.
+const MaxIDParts = 8
+
+// Composite reports whether the ID is made of several JSON fields.
+func (s IDSource) Composite() bool { return s.Kind == JSONID && len(s.Paths) > 1 }
+
+// String says where the ID is, in words: for logs and the plan command.
+func (s IDSource) String() string {
+	switch s.Kind {
+	case KeyID:
+		return "the message key"
+	case HeaderID:
+		return "header " + strconv.Quote(s.Header)
+	case ValueID:
+		return "a 128-bit hash of the value"
+	}
+	names := make([]string, len(s.Paths))
+	for i, p := range s.Paths {
+		names[i] = strings.Join(p, ".")
+	}
+	if len(names) == 1 {
+		return "JSON field " + names[0]
+	}
+	return "composite of JSON fields " + strings.Join(names, ", ")
+}
+
+// IDSource reads DEDUPE_ID_FROM, DEDUPE_ID_FIELD and DEDUPE_ID_HEADER.
+// The error is a *VarError naming the variable at fault.
+func (c Config) IDSource() (IDSource, error) {
+	return ParseIDSource(c.IDFrom, c.IDField, c.IDHeader)
+}
+
+// ParseIDSource reads the values of DEDUPE_ID_FROM, DEDUPE_ID_FIELD and
+// DEDUPE_ID_HEADER. With from json (or empty), field "key" and
+// "header:NAME" are the forms DEDUPE_ID_FIELD had before DEDUPE_ID_FROM:
+// the message key and header NAME. The error is a *VarError.
+func ParseIDSource(from, field, header string) (IDSource, error) {
+	if from == "" {
+		from = JSONID.String()
+	}
+	if from == JSONID.String() {
+		switch {
+		case field == "key" && header == "":
+			return IDSource{Kind: KeyID}, nil
+		case strings.HasPrefix(field, "header:") && header == "":
+			name := strings.TrimPrefix(field, "header:")
+			if err := checkHeaderName(name); err != nil {
+				return IDSource{}, bad("ID_FIELD", "header:NAME: %v", err)
+			}
+			return IDSource{Kind: HeaderID, Header: name}, nil
+		}
+	}
+	kind := IDKind(-1)
+	for i, k := range idKinds {
+		if from == k {
+			kind = IDKind(i)
+		}
+	}
+	if kind < 0 {
+		return IDSource{}, bad("ID_FROM", "%q: want json, key, header or value", from)
+	}
+	if header != "" && kind != HeaderID {
+		return IDSource{}, bad("ID_HEADER", "set, but %s_ID_FROM=%s does not read a header; unset it or set %s_ID_FROM=header", Prefix, kind, Prefix)
+	}
+	if field != "" && kind != JSONID {
+		return IDSource{}, bad("ID_FIELD", "set, but %s_ID_FROM=%s does not read JSON fields; unset it or set %s_ID_FROM=json", Prefix, kind, Prefix)
+	}
+	switch kind {
+	case HeaderID:
+		if err := checkHeaderName(header); err != nil {
+			return IDSource{}, bad("ID_HEADER", "%v (required with %s_ID_FROM=header)", err, Prefix)
+		}
+		return IDSource{Kind: HeaderID, Header: header}, nil
+	case JSONID:
+		if field == "" {
+			return IDSource{}, bad("ID_FIELD", "required with %s_ID_FROM=json: a JSON field path such as click_id or meta.id, or several separated by commas", Prefix)
+		}
+		parts := strings.Split(field, ",")
+		if len(parts) > MaxIDParts {
+			return IDSource{}, bad("ID_FIELD", "%d fields: want at most %d", len(parts), MaxIDParts)
+		}
+		src := IDSource{Kind: JSONID}
+		seen := map[string]bool{}
+		for _, part := range parts {
+			part = strings.TrimSpace(part)
+			p, err := parsePath(part)
+			if err != nil {
+				return IDSource{}, bad("ID_FIELD", "%v", err)
+			}
+			if seen[part] {
+				return IDSource{}, bad("ID_FIELD", "%q is listed twice", part)
+			}
+			seen[part] = true
+			src.Paths = append(src.Paths, p)
+		}
+		return src, nil
+	}
+	return IDSource{Kind: kind}, nil
+}
+
+// checkHeaderName accepts a Kafka header name the worker can look up.
+func checkHeaderName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty; want a header name")
+	case len(name) > 255:
+		return fmt.Errorf("%d bytes: want a header name of at most 255", len(name))
+	case strings.TrimSpace(name) != name:
+		return fmt.Errorf("%q starts or ends with a space", name)
+	}
+	return nil
 }
 
 func parsePath(s string) ([]string, error) {
 	if s == "" {
-		return nil, errors.New("empty; want a JSON field path such as click_id or meta.id, key, or header:NAME")
+		return nil, errors.New("empty; want a JSON field path such as click_id or meta.id")
 	}
 	parts := strings.Split(s, ".")
 	for _, p := range parts {

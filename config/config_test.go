@@ -3,6 +3,7 @@ package config
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -61,7 +62,7 @@ func TestExampleFilesLoad(t *testing.T) {
 			return c.Window == 10*time.Minute && c.WindowMode == "rolling" && c.IDField == "click_id" && c.GroupID == "dedupe-clicks"
 		}},
 		{"conversions.env", func(c Config) bool {
-			return c.Window == 24*time.Hour && c.WindowMode == "fixed" && c.IDField == "key" && c.TimeField == ""
+			return c.Window == 24*time.Hour && c.WindowMode == "fixed" && c.IDFrom == "key" && c.IDField == "" && c.TimeField == ""
 		}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
@@ -89,6 +90,10 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{"DEDUPE_ID_FIELD", ""},
 		{"DEDUPE_ID_FIELD", "meta..id"},
 		{"DEDUPE_ID_FIELD", "header:"},
+		{"DEDUPE_ID_FIELD", "a, "},
+		{"DEDUPE_ID_FROM", "Key"},
+		{"DEDUPE_MODE", "dry-run"},
+		{"DEDUPE_TIME_HEADER", " ts"},
 		{"DEDUPE_TIME_FIELD", "a."},
 		{"DEDUPE_WINDOW", "ten minutes"},
 		{"DEDUPE_WINDOW", "1500ms"},
@@ -173,17 +178,78 @@ func TestRequiredVariables(t *testing.T) {
 	}
 }
 
-func TestParseIDField(t *testing.T) {
-	for in, want := range map[string]IDSource{
-		"click_id":    {Kind: JSONID, Path: []string{"click_id"}},
-		"meta.id":     {Kind: JSONID, Path: []string{"meta", "id"}},
-		"key":         {Kind: KeyID},
-		"header:x-id": {Kind: HeaderID, Header: "x-id"},
+func TestParseIDSource(t *testing.T) {
+	for _, tc := range []struct {
+		from, field, header string
+		want                IDSource
+		says                string
+	}{
+		{"json", "click_id", "", IDSource{Kind: JSONID, Paths: [][]string{{"click_id"}}}, "JSON field click_id"},
+		{"", "meta.id", "", IDSource{Kind: JSONID, Paths: [][]string{{"meta", "id"}}}, "JSON field meta.id"},
+		{"json", "tenant_id, meta.click_id", "", IDSource{Kind: JSONID, Paths: [][]string{{"tenant_id"}, {"meta", "click_id"}}},
+			"composite of JSON fields tenant_id, meta.click_id"},
+		{"key", "", "", IDSource{Kind: KeyID}, "the message key"},
+		{"header", "", "x-id", IDSource{Kind: HeaderID, Header: "x-id"}, `header "x-id"`},
+		{"value", "", "", IDSource{Kind: ValueID}, "a 128-bit hash of the value"},
+		// The forms DEDUPE_ID_FIELD had before DEDUPE_ID_FROM.
+		{"json", "key", "", IDSource{Kind: KeyID}, "the message key"},
+		{"", "header:x-id", "", IDSource{Kind: HeaderID, Header: "x-id"}, `header "x-id"`},
 	} {
-		got, err := ParseIDField(in)
-		if err != nil || got.Kind != want.Kind || got.Header != want.Header || strings.Join(got.Path, ".") != strings.Join(want.Path, ".") {
-			t.Errorf("ParseIDField(%q) = %+v, %v", in, got, err)
+		got, err := ParseIDSource(tc.from, tc.field, tc.header)
+		if err != nil || !reflect.DeepEqual(got, tc.want) || got.String() != tc.says {
+			t.Errorf("ParseIDSource(%q, %q, %q) = %+v (%s), %v; want %+v (%s)", tc.from, tc.field, tc.header, got, got, err, tc.want, tc.says)
 		}
+		if got.Composite() != (len(tc.want.Paths) > 1) {
+			t.Errorf("%q: composite %v", tc.field, got.Composite())
+		}
+	}
+}
+
+// Each source with a variable it does not read, or without one it needs,
+// is refused naming that variable.
+func TestIDSourceConflicts(t *testing.T) {
+	for _, tc := range []struct {
+		vars map[string]string
+		name string
+	}{
+		{map[string]string{"DEDUPE_ID_FROM": "bytes"}, "DEDUPE_ID_FROM"},
+		{map[string]string{"DEDUPE_ID_FROM": "key"}, "DEDUPE_ID_FIELD"}, // clicks.env sets click_id
+		{map[string]string{"DEDUPE_ID_FROM": "value"}, "DEDUPE_ID_FIELD"},
+		{map[string]string{"DEDUPE_ID_FROM": "header", "DEDUPE_ID_FIELD": "", "DEDUPE_TIME_FIELD": ""}, "DEDUPE_ID_HEADER"},
+		{map[string]string{"DEDUPE_ID_HEADER": "x-id"}, "DEDUPE_ID_HEADER"},
+		{map[string]string{"DEDUPE_ID_FROM": "key", "DEDUPE_ID_FIELD": ""}, "DEDUPE_TIME_FIELD"}, // the value is not parsed
+		{map[string]string{"DEDUPE_TIME_HEADER": "ts"}, "DEDUPE_TIME_FIELD"},
+		{map[string]string{"DEDUPE_ID_FIELD": "a,b,a"}, "DEDUPE_ID_FIELD"},
+		{map[string]string{"DEDUPE_ID_FIELD": "a,,b"}, "DEDUPE_ID_FIELD"},
+		{map[string]string{"DEDUPE_ID_FIELD": "a,b,c,d,e,f,g,h,i"}, "DEDUPE_ID_FIELD"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			setValidEnvFile(t, "clicks.env")
+			for k, v := range tc.vars {
+				t.Setenv(k, v)
+			}
+			_, err := Load()
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.name) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("%v: %v; want one line naming %s", tc.vars, err, tc.name)
+			}
+		})
+	}
+	// And the combinations that are right load.
+	for _, vars := range []map[string]string{
+		{"DEDUPE_ID_FROM": "key", "DEDUPE_ID_FIELD": "", "DEDUPE_TIME_FIELD": ""},
+		{"DEDUPE_ID_FROM": "value", "DEDUPE_ID_FIELD": "", "DEDUPE_TIME_FIELD": "", "DEDUPE_TIME_HEADER": "event-time"},
+		{"DEDUPE_ID_FROM": "header", "DEDUPE_ID_HEADER": "x-id", "DEDUPE_ID_FIELD": "", "DEDUPE_TIME_FIELD": "", "DEDUPE_MODE": "shadow"},
+		{"DEDUPE_ID_FIELD": "tenant_id,meta.click_id"},
+	} {
+		t.Run(fmt.Sprint(vars), func(t *testing.T) {
+			setValidEnvFile(t, "clicks.env")
+			for k, v := range vars {
+				t.Setenv(k, v)
+			}
+			if _, err := Load(); err != nil {
+				t.Errorf("%v: %v", vars, err)
+			}
+		})
 	}
 }
 

@@ -37,6 +37,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
+	"dedupe-worker/config"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/consumer"
 	"dedupe-worker/internal/redisproc"
@@ -342,7 +343,14 @@ func worker(o options) (result, error) {
 	}
 	reg := prometheus.NewRegistry()
 	m := consumer.NewMetrics(reg, "bench")
-	ex, _ := consumer.NewExtractor("click_id", "ts")
+	src, err := config.ParseIDSource("json", "click_id", "")
+	if err != nil {
+		return result{}, err
+	}
+	ex, err := consumer.NewExtractor(src, "ts", "")
+	if err != nil {
+		return result{}, err
+	}
 	out := sink.New(sink.Config{Brokers: []string{o.brokers}, Topic: outTopic, BatchSize: o.batch})
 	dlq := sink.New(sink.Config{Brokers: []string{o.brokers}, Topic: dlqTopic, BatchSize: o.batch})
 	defer out.Close()

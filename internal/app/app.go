@@ -135,10 +135,15 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 	metrics := consumer.NewMetrics(reg, cfg.Pipeline)
 	fg := bloom.NewGauges(reg, cfg.Pipeline)
 
-	ex, err := consumer.NewExtractor(cfg.IDField, cfg.TimeField)
+	src, err := cfg.IDSource()
 	if err != nil {
 		return err
 	}
+	ex, err := consumer.NewExtractor(src, cfg.TimeField, cfg.TimeHeader)
+	if err != nil {
+		return err
+	}
+	log.Info("deduplicating", zap.Stringer("id", src), zap.String("mode", cfg.Mode))
 	out := sink.New(sink.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, BatchSize: cfg.BatchSize, Timeout: cfg.KafkaTimeout, Logger: log,
 		TLS: kafkaTLS, SASL: mech})
 	dlq := sink.New(sink.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.DLQTopic, BatchSize: cfg.BatchSize, Timeout: cfg.KafkaTimeout, Logger: log,
@@ -147,7 +152,7 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID,
 		BatchSize: cfg.BatchSize, BatchLinger: cfg.BatchLinger, KafkaTimeout: cfg.KafkaTimeout,
 		ShutdownTimeout: cfg.ShutdownTimeout, SessionTimeout: cfg.KafkaSessionTimeout, Extractor: ex, Logger: log, Metrics: metrics,
-		TLS: kafkaTLS, SASL: mech, Now: now, DeadLetterLate: cfg.LatePolicy == config.LateDeadLetter,
+		TLS: kafkaTLS, SASL: mech, Now: now, DeadLetterLate: cfg.LatePolicy == config.LateDeadLetter, Shadow: cfg.Mode == config.ModeShadow,
 		Start: consumer.Start{Latest: start.Latest, At: start.Time(now())},
 	}, filter, out, dlq)
 	if err != nil {

@@ -8,6 +8,8 @@ package consumer
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -17,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/spaolacci/murmur3"
 	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
 
@@ -36,6 +39,10 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 	// in one batch; the copy is decided once (and committed with the rest).
 	seen := b.seen
 	clear(seen)
+	// Composite and value IDs are made in the header blocks, which live
+	// as long as the batch's messages.
+	hb := &b.hb
+	hb.reset()
 	for i := range batch {
 		m := &batch[i]
 		k := [2]int64{int64(m.Partition), m.Offset}
@@ -52,7 +59,7 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 			w.m.deadLettered.WithLabelValues(record.TooLarge.String()).Inc()
 			continue
 		}
-		id, at, err := w.cfg.Extractor.Extract(m)
+		id, at, err := w.cfg.Extractor.extract(m, hb)
 		if err != nil {
 			dead = append(dead, deadLetter(m, err))
 			w.m.deadLettered.WithLabelValues(reasonOf(err).String()).Inc()
@@ -77,9 +84,13 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 		}
 	}
 	out := b.out[:0]
-	hb := &b.hb
-	hb.reset()
 	var counts [bloom.Future + 1]int
+	// Per input partition, first and duplicate verdicts: a batch holds a
+	// few partitions, mostly in runs.
+	var pcBuf [16]partitionCount
+	pc := pcBuf[:0]
+	shadow := w.cfg.Shadow
+	deadLetterLate := w.cfg.DeadLetterLate && !shadow
 	now := w.cfg.Now()
 	firstLate := -1
 	for k, v := range verdicts {
@@ -87,19 +98,29 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 		w.m.eventLag.Observe(max(now.Sub(elems[k].Time), 0).Seconds())
 		m := &batch[idx[k]]
 		id := kafka.Header{Key: record.IDHeader, Value: elems[k].ID}
-		switch {
-		case v == bloom.Late || v == bloom.Future:
+		if v == bloom.Late || v == bloom.Future {
 			if firstLate < 0 {
 				firstLate = k
 			}
-			if w.cfg.DeadLetterLate {
+			if deadLetterLate {
 				dead = append(dead, deadLetter(m, fmt.Errorf("%w; event time %s", beyondBound(v), elems[k].Time.UTC().Format(time.RFC3339Nano))))
 				w.m.deadLettered.WithLabelValues(reasonOf(beyondBound(v)).String()).Inc()
 				continue
 			}
 			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
 				Headers: hb.with(m, id, kafka.Header{Key: record.UndeduplicatedHeader, Value: []byte(v.String())})})
-		case v.Forward():
+			continue
+		}
+		rv := record.First
+		if !v.Forward() {
+			rv = record.Duplicate
+		}
+		pc = countPartition(pc, int32(m.Partition), rv)
+		switch {
+		case shadow:
+			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
+				Headers: hb.with(m, id, kafka.Header{Key: record.VerdictHeader, Value: rv.Value()})})
+		case rv == record.First:
 			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time, Headers: hb.with(m, id)})
 		}
 	}
@@ -109,16 +130,44 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 			w.m.verdicts.WithLabelValues(bloom.Verdict(v).String()).Add(float64(n))
 		}
 	}
+	for _, c := range pc {
+		w.m.addPartitionVerdicts(w.cfg.Topic, c.partition, c.n)
+	}
 	if firstLate >= 0 {
 		e := elems[firstLate]
 		action := "forwarded undeduplicated"
-		if w.cfg.DeadLetterLate {
+		if deadLetterLate {
 			action = "dead-lettered"
 		}
 		w.lateLog.Warn("events beyond the lag bound "+action, zap.Int("late", counts[bloom.Late]), zap.Int("future", counts[bloom.Future]),
 			zap.Stringer("first", e.Source), zap.Time("first_event_time", e.Time), zap.Duration("first_lag", now.Sub(e.Time)))
 	}
 	return nil
+}
+
+// partitionCount counts a batch's verdicts of one input partition, by
+// record.Verdict.
+type partitionCount struct {
+	partition int32
+	n         [2]int
+}
+
+// countPartition counts verdict v of partition p into pc, which it
+// returns.
+func countPartition(pc []partitionCount, p int32, v record.Verdict) []partitionCount {
+	if n := len(pc); n > 0 && pc[n-1].partition == p {
+		pc[n-1].n[v]++
+		return pc
+	}
+	for i := range pc {
+		if pc[i].partition == p {
+			pc[i].n[v]++
+			return pc
+		}
+	}
+	c := partitionCount{partition: p}
+	c.n[v]++
+	return append(pc, c)
 }
 
 // beyondBound is the dead-letter reason of a Late or Future verdict.
@@ -155,6 +204,20 @@ type headerBuf struct {
 // refers to the headers handed out before.
 func (b *headerBuf) reset() {
 	b.headers, b.bytes = b.headers[:0], b.bytes[:0]
+}
+
+// take hands out n bytes that live as long as the messages of the batch:
+// the ID of a composite or a value.
+func (b *headerBuf) take(n int) []byte {
+	if b == nil {
+		return make([]byte, n)
+	}
+	if cap(b.bytes)-len(b.bytes) < n {
+		b.bytes = make([]byte, 0, max(n, 2*cap(b.bytes), 8<<10))
+	}
+	start := len(b.bytes)
+	b.bytes = b.bytes[:start+n]
+	return b.bytes[start : start+n : start+n]
 }
 
 func (b *headerBuf) with(m *kafka.Message, extra ...kafka.Header) []kafka.Header {
@@ -203,6 +266,8 @@ var reasons = []struct {
 	{ErrNotJSON, record.NotJSON}, {ErrTooDeep, record.TooDeep}, {ErrNoID, record.NoID}, {ErrEmptyID, record.EmptyID},
 	{ErrBadID, record.BadID}, {ErrNoTime, record.NoTime}, {ErrBadTime, record.BadTime}, {ErrInvalidUTF8, record.InvalidUTF8},
 	{ErrTooLarge, record.TooLarge}, {ErrLate, record.Late}, {ErrFuture, record.Future},
+	{ErrNoKey, record.NoKey}, {ErrNoHeader, record.NoHeader}, {ErrEmptyHeader, record.EmptyHeader},
+	{ErrEmptyValue, record.EmptyValue}, {ErrNoIDPart, record.NoIDPart},
 }
 
 // reasonOf is the reason of a dead-letter error, by its type, never by its
@@ -221,32 +286,59 @@ func reasonOf(err error) record.Reason {
 // payload shorter than this cannot nest deeper, so it is not scanned.
 const MaxJSONDepth = 256
 
-// Extractor reads the element ID and event time of a message.
+// Extractor reads the element ID and event time of a message. It is safe
+// for concurrent use.
 type Extractor struct {
-	id       config.IDSource
-	idPath   string // gjson path
-	timePath string // gjson path; empty: the message timestamp
-	needJSON bool
+	src config.IDSource
+	// idPaths are the gjson paths of the ID's fields (JSONID): one, or the
+	// parts of a composite.
+	idPaths []string
+	// partErrs are the dead-letter errors of each part of a composite,
+	// made once: missing, empty, not a string or number, not UTF-8.
+	partErrs   [][4]error
+	timePath   string // gjson path of the event time; empty: timeHeader
+	timeHeader string // header of the event time; empty: the timestamp
 }
 
-// NewExtractor builds an Extractor from DEDUPE_ID_FIELD and
-// DEDUPE_TIME_FIELD values.
-func NewExtractor(idField, timeField string) (*Extractor, error) {
-	src, err := config.ParseIDField(idField)
-	if err != nil {
-		return nil, err
+// NewExtractor builds an Extractor that reads the ID from src and the
+// event time from the JSON field path timeField, from the header
+// timeHeader, or else from the message timestamp. Only a JSON source
+// parses the value, so timeField needs one; the error says so, or that
+// both timeField and timeHeader are set.
+func NewExtractor(src config.IDSource, timeField, timeHeader string) (*Extractor, error) {
+	e := &Extractor{src: src, timeHeader: timeHeader}
+	switch src.Kind {
+	case config.JSONID:
+		if len(src.Paths) == 0 || len(src.Paths) > config.MaxIDParts {
+			return nil, fmt.Errorf("consumer: %d ID fields: want 1 to %d", len(src.Paths), config.MaxIDParts)
+		}
+		for _, p := range src.Paths {
+			e.idPaths = append(e.idPaths, gjsonPath(p))
+			name := strings.Join(p, ".")
+			e.partErrs = append(e.partErrs, [4]error{fmt.Errorf("%w: %s", ErrNoIDPart, name), fmt.Errorf("%w: part %s", ErrEmptyID, name),
+				fmt.Errorf("%w: part %s", ErrBadID, name), fmt.Errorf("%w: part %s", ErrInvalidUTF8, name)})
+		}
+	case config.KeyID, config.ValueID:
+	case config.HeaderID:
+		if src.Header == "" {
+			return nil, errors.New("consumer: the ID header has no name")
+		}
+	default:
+		return nil, fmt.Errorf("consumer: unknown ID source %d", src.Kind)
 	}
-	e := &Extractor{id: src}
-	if src.Kind == config.JSONID {
-		e.idPath = gjsonPath(src.Path)
-		e.needJSON = true
-	}
-	if timeField != "" {
+	switch {
+	case timeField != "" && timeHeader != "":
+		return nil, errors.New("consumer: the event time comes from a JSON field or a header, not both")
+	case timeField != "" && src.Kind != config.JSONID:
+		return nil, fmt.Errorf("consumer: the event time from a JSON field needs the ID from JSON fields, not from %s: the value is not parsed", src.Kind)
+	case timeField != "":
 		e.timePath = gjsonPath(strings.Split(timeField, "."))
-		e.needJSON = true
 	}
 	return e, nil
 }
+
+// Source is where the Extractor reads the ID.
+func (e *Extractor) Source() config.IDSource { return e.src }
 
 // gjsonPath joins field names, escaping gjson's special characters so a
 // field name is always taken literally.
@@ -268,64 +360,65 @@ var (
 	ErrNoTime      = errors.New("event time is missing")
 	ErrBadTime     = errors.New("event time is not Unix seconds, Unix milliseconds or RFC 3339")
 	ErrInvalidUTF8 = errors.New("element ID is not valid UTF-8")
+	ErrNoKey       = errors.New("element ID is the message key, and the message has none (or an empty one)")
+	ErrNoHeader    = errors.New("element ID is a header the message does not carry")
+	ErrEmptyHeader = errors.New("element ID is a header, and its value is empty")
+	ErrEmptyValue  = errors.New("element ID is the hash of the value, and the value is empty")
+	ErrNoIDPart    = errors.New("element ID is a composite, and a field of it is missing")
 )
 
 // Extract returns the ID and event time of m, or the reason it cannot be
 // deduplicated. The ID may alias m's memory.
 func (e *Extractor) Extract(m *kafka.Message) ([]byte, time.Time, error) {
-	if e.needJSON {
+	return e.extract(m, nil)
+}
+
+// extract is Extract making composite and value IDs in ids (new memory
+// when nil).
+func (e *Extractor) extract(m *kafka.Message, ids *headerBuf) ([]byte, time.Time, error) {
+	var id []byte
+	switch e.src.Kind {
+	case config.JSONID:
 		if len(m.Value) > MaxJSONDepth && depthExceeds(m.Value, MaxJSONDepth) {
 			return nil, time.Time{}, ErrTooDeep
 		}
 		if !gjson.ValidBytes(m.Value) {
 			return nil, time.Time{}, ErrNotJSON
 		}
-	}
-	var id []byte
-	switch e.id.Kind {
-	case config.KeyID:
-		id = m.Key
-		if id == nil {
-			return nil, time.Time{}, ErrNoID
+		var err error
+		if len(e.idPaths) == 1 {
+			id, err = jsonID(m.Value, e.idPaths[0])
+		} else {
+			id, err = e.compositeID(m.Value, ids)
 		}
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+	case config.KeyID:
+		// kafka-go reads a null key and an empty one alike, as nil.
+		if len(m.Key) == 0 {
+			return nil, time.Time{}, ErrNoKey
+		}
+		id = m.Key
 	case config.HeaderID:
 		found := false
 		for _, h := range m.Headers {
-			if h.Key == e.id.Header {
+			if h.Key == e.src.Header {
 				id, found = h.Value, true
 				break
 			}
 		}
-		if !found {
-			return nil, time.Time{}, ErrNoID
+		switch {
+		case !found:
+			return nil, time.Time{}, ErrNoHeader
+		case len(id) == 0:
+			return nil, time.Time{}, ErrEmptyHeader
 		}
-	default:
-		r := gjson.Get(view(m.Value), e.idPath)
-		switch r.Type {
-		case gjson.String:
-			if !utf8.ValidString(r.Str) {
-				return nil, time.Time{}, ErrInvalidUTF8
-			}
-			// Without escapes the ID is the raw bytes between the quotes:
-			// alias the message instead of copying.
-			if r.Index > 0 && len(r.Raw) == len(r.Str)+2 {
-				id = m.Value[r.Index+1 : r.Index+1+len(r.Str) : r.Index+1+len(r.Str)]
-			} else {
-				id = []byte(r.Str)
-			}
-		case gjson.Number:
-			id = m.Value[r.Index : r.Index+len(r.Raw) : r.Index+len(r.Raw)]
-		case gjson.Null:
-			if !r.Exists() {
-				return nil, time.Time{}, ErrNoID
-			}
-			return nil, time.Time{}, ErrBadID
-		default:
-			return nil, time.Time{}, ErrBadID
+	case config.ValueID:
+		if len(m.Value) == 0 {
+			return nil, time.Time{}, ErrEmptyValue
 		}
-	}
-	if len(id) == 0 {
-		return nil, time.Time{}, ErrEmptyID
+		id = AppendValueID(ids.take(ValueIDLen)[:0], m.Value)
 	}
 	t, err := e.eventTime(m)
 	if err != nil {
@@ -334,25 +427,146 @@ func (e *Extractor) Extract(m *kafka.Message) ([]byte, time.Time, error) {
 	return id, t, nil
 }
 
-func (e *Extractor) eventTime(m *kafka.Message) (time.Time, error) {
-	if e.timePath == "" {
-		if m.Time.IsZero() || m.Time.Unix() <= 0 {
-			return time.Time{}, ErrNoTime
-		}
-		return m.Time, nil
-	}
-	r := gjson.Get(view(m.Value), e.timePath)
+// jsonID reads the ID at gjson path p of valid JSON v: a string's
+// content or a number's text, aliasing v when it can.
+func jsonID(v []byte, p string) ([]byte, error) {
+	var id []byte
+	r := gjson.Get(view(v), p)
 	switch r.Type {
-	case gjson.Number:
-		return unixTime(r.Raw)
 	case gjson.String:
-		return ParseEventTime(r.Str)
+		if !utf8.ValidString(r.Str) {
+			return nil, ErrInvalidUTF8
+		}
+		// Without escapes the ID is the raw bytes between the quotes:
+		// alias the message instead of copying.
+		if r.Index > 0 && len(r.Raw) == len(r.Str)+2 {
+			id = v[r.Index+1 : r.Index+1+len(r.Str) : r.Index+1+len(r.Str)]
+		} else {
+			id = []byte(r.Str)
+		}
+	case gjson.Number:
+		id = v[r.Index : r.Index+len(r.Raw) : r.Index+len(r.Raw)]
 	case gjson.Null:
 		if !r.Exists() {
-			return time.Time{}, ErrNoTime
+			return nil, ErrNoID
 		}
+		return nil, ErrBadID
+	default:
+		return nil, ErrBadID
 	}
-	return time.Time{}, ErrBadTime
+	if len(id) == 0 {
+		return nil, ErrEmptyID
+	}
+	return id, nil
+}
+
+// compositeID reads each field of a composite ID from valid JSON v, as
+// jsonID reads one, and encodes them (AppendCompositeID) in ids.
+func (e *Extractor) compositeID(v []byte, ids *headerBuf) ([]byte, error) {
+	var parts [config.MaxIDParts]string
+	n := 0
+	for i, p := range e.idPaths {
+		r := gjson.Get(view(v), p)
+		switch r.Type {
+		case gjson.String:
+			if !utf8.ValidString(r.Str) {
+				return nil, e.partErrs[i][3]
+			}
+			parts[i] = r.Str // a view of v, or unescaped
+		case gjson.Number:
+			parts[i] = r.Raw
+		case gjson.Null:
+			if !r.Exists() {
+				return nil, e.partErrs[i][0]
+			}
+			return nil, e.partErrs[i][2]
+		default:
+			return nil, e.partErrs[i][2]
+		}
+		if parts[i] == "" {
+			return nil, e.partErrs[i][1]
+		}
+		n += compositePartLen(len(parts[i]))
+	}
+	id := ids.take(n)[:0]
+	for _, p := range parts[:len(e.idPaths)] {
+		id = appendCompositePart(id, p)
+	}
+	return id, nil
+}
+
+// AppendCompositeID appends to dst the ID of a composite made of parts,
+// as the worker makes it from several JSON fields: each part, in the
+// order of DEDUPE_ID_FIELD, as its length in bytes (decimal), ':', its
+// bytes and ',' (a netstring). So ("a", "bc") is 1:a,2:bc, and ("ab", "c")
+// is 2:ab,1:c,: parts that split differently never make the same ID. A
+// part is a string field's content (unescaped) or a number's JSON text.
+// The encoding is fixed: filters in Redis hold IDs made with it.
+func AppendCompositeID(dst []byte, parts ...[]byte) []byte {
+	for _, p := range parts {
+		dst = appendCompositePart(dst, view(p))
+	}
+	return dst
+}
+
+func appendCompositePart(dst []byte, p string) []byte {
+	dst = strconv.AppendInt(dst, int64(len(p)), 10)
+	dst = append(dst, ':')
+	dst = append(dst, p...)
+	return append(dst, ',')
+}
+
+// compositePartLen is the encoded length of a part of n bytes.
+func compositePartLen(n int) int {
+	digits := 1
+	for x := n; x >= 10; x /= 10 {
+		digits++
+	}
+	return digits + n + 2
+}
+
+// ValueIDLen is the length of a value ID: 32 hexadecimal digits.
+const ValueIDLen = 32
+
+// AppendValueID appends to dst the ID of a message whose ID is its value:
+// the 128-bit MurmurHash3 (x64) of the value, h1 then h2, big-endian, in
+// lowercase hexadecimal. Byte-identical values get the same ID; the
+// encoding is fixed, as filters in Redis hold IDs made with it.
+func AppendValueID(dst, value []byte) []byte {
+	h1, h2 := murmur3.Sum128(value)
+	var raw [16]byte
+	binary.BigEndian.PutUint64(raw[:8], h1)
+	binary.BigEndian.PutUint64(raw[8:], h2)
+	return hex.AppendEncode(dst, raw[:])
+}
+
+func (e *Extractor) eventTime(m *kafka.Message) (time.Time, error) {
+	switch {
+	case e.timePath != "":
+		r := gjson.Get(view(m.Value), e.timePath)
+		switch r.Type {
+		case gjson.Number:
+			return unixTime(r.Raw)
+		case gjson.String:
+			return ParseEventTime(r.Str)
+		case gjson.Null:
+			if !r.Exists() {
+				return time.Time{}, ErrNoTime
+			}
+		}
+		return time.Time{}, ErrBadTime
+	case e.timeHeader != "":
+		for _, h := range m.Headers {
+			if h.Key == e.timeHeader {
+				return ParseEventTime(view(h.Value))
+			}
+		}
+		return time.Time{}, ErrNoTime
+	}
+	if m.Time.IsZero() || m.Time.Unix() <= 0 {
+		return time.Time{}, ErrNoTime
+	}
+	return m.Time, nil
 }
 
 // ParseEventTime reads an event time written as a string, as the worker

@@ -2,13 +2,32 @@ package consumer
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"dedupe-worker/config"
+	"dedupe-worker/internal/record"
 )
+
+// extractor is the Extractor of DEDUPE_ID_FIELD idField (with its
+// forms key and header:NAME) and DEDUPE_TIME_FIELD timeField.
+func extractor(t testing.TB, idField, timeField string) *Extractor {
+	t.Helper()
+	src, err := config.ParseIDSource("json", idField, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewExtractor(src, timeField, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
 
 func TestExtract(t *testing.T) {
 	// Any second will do: the one the test runs in, written in each form.
@@ -38,8 +57,17 @@ func TestExtract(t *testing.T) {
 		{"empty id", "id", "", kafka.Message{Value: []byte(`{"id":""}`), Time: ts}, "", time.Time{}, ErrEmptyID},
 		{"object id", "id", "", kafka.Message{Value: []byte(`{"id":{"a":1}}`), Time: ts}, "", time.Time{}, ErrBadID},
 		{"bool id", "id", "", kafka.Message{Value: []byte(`{"id":true}`), Time: ts}, "", time.Time{}, ErrBadID},
-		{"no key", "key", "", kafka.Message{Value: []byte(`{}`), Time: ts}, "", time.Time{}, ErrNoID},
-		{"no header", "header:x-id", "", kafka.Message{Time: ts}, "", time.Time{}, ErrNoID},
+		{"no key", "key", "", kafka.Message{Value: []byte(`{}`), Time: ts}, "", time.Time{}, ErrNoKey},
+		{"empty key", "key", "", kafka.Message{Key: []byte{}, Value: []byte(`{}`), Time: ts}, "", time.Time{}, ErrNoKey},
+		{"no header", "header:x-id", "", kafka.Message{Time: ts}, "", time.Time{}, ErrNoHeader},
+		{"empty header", "header:x-id", "", kafka.Message{Headers: []kafka.Header{{Key: "x-id"}}, Time: ts}, "", time.Time{}, ErrEmptyHeader},
+		{"composite", "tenant, meta.id", "", kafka.Message{Value: []byte(`{"tenant":"t1","meta":{"id":"a:b,"}}`), Time: ts}, "2:t1,4:a:b,,", ts, nil},
+		{"composite with a number and escapes", "n,s", "", kafka.Message{Value: []byte(`{"s":"q\"u","n":42}`), Time: ts}, "2:42,3:q\"u,", ts, nil},
+		{"composite part missing", "tenant,id", "", kafka.Message{Value: []byte(`{"id":"a"}`), Time: ts}, "", time.Time{}, ErrNoIDPart},
+		{"composite part empty", "tenant,id", "", kafka.Message{Value: []byte(`{"tenant":"","id":"a"}`), Time: ts}, "", time.Time{}, ErrEmptyID},
+		{"composite part null", "tenant,id", "", kafka.Message{Value: []byte(`{"tenant":null,"id":"a"}`), Time: ts}, "", time.Time{}, ErrBadID},
+		{"composite part an object", "tenant,id", "", kafka.Message{Value: []byte(`{"tenant":{},"id":"a"}`), Time: ts}, "", time.Time{}, ErrBadID},
+		{"composite of not json", "tenant,id", "", kafka.Message{Value: []byte(`tenant=1`), Time: ts}, "", time.Time{}, ErrNotJSON},
 		{"no timestamp", "id", "", kafka.Message{Value: []byte(`{"id":"a"}`)}, "", time.Time{}, ErrNoTime},
 		{"missing time field", "id", "ts", kafka.Message{Value: []byte(`{"id":"a"}`)}, "", time.Time{}, ErrNoTime},
 		{"bad time", "id", "ts", kafka.Message{Value: []byte(`{"id":"a","ts":"yesterday"}`)}, "", time.Time{}, ErrBadTime},
@@ -48,11 +76,7 @@ func TestExtract(t *testing.T) {
 		{"invalid utf-8 id", "id", "", kafka.Message{Value: []byte("{\"id\":\"\xff\xfe\"}"), Time: ts}, "", time.Time{}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := NewExtractor(tc.idField, tc.timeField)
-			if err != nil {
-				t.Fatal(err)
-			}
-			id, at, err := e.Extract(&tc.msg)
+			id, at, err := extractor(t, tc.idField, tc.timeField).Extract(&tc.msg)
 			if tc.name == "invalid utf-8 id" {
 				// Either a reason or the raw bytes, never a crash.
 				if err == nil && len(id) == 0 {
@@ -78,7 +102,7 @@ func FuzzExtract(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	e, _ := NewExtractor("click_id", "ts")
+	e := extractor(f, "click_id", "ts")
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		m := kafka.Message{Value: payload}
 		id, at, err := e.Extract(&m)
@@ -89,12 +113,157 @@ func FuzzExtract(f *testing.F) {
 }
 
 func BenchmarkExtract(b *testing.B) {
-	e, _ := NewExtractor("click_id", "ts")
+	e := extractor(b, "click_id", "ts")
 	ms := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	m := kafka.Message{Value: []byte(`{"click_id":"c-000000123456-9f3a2b1c","ts":` + ms + `,"user":"u-0012345","page":"/products/04242","ref":"campaign-042","ua":"Mozilla/5.0"}`)}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, _, err := e.Extract(&m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The sources that do not parse the value: the key, a header and the
+// value's hash take any bytes, and the event time comes from a header or
+// the timestamp.
+func TestExtractWithoutParsing(t *testing.T) {
+	ts := time.Now().UTC().Truncate(time.Millisecond)
+	ms := strconv.FormatInt(ts.UnixMilli(), 10)
+	binary := []byte{0x00, 0x00, 0x00, 0x00, 0x2a, 0x02, 0xff, 0xfe, '{', '['} // Avro in the Confluent framing: not JSON, not UTF-8
+	deep := []byte(strings.Repeat("[", 100000))
+	for _, tc := range []struct {
+		name       string
+		src        config.IDSource
+		timeHeader string
+		msg        kafka.Message
+		id         string
+		at         time.Time
+		err        error
+	}{
+		{"binary key", config.IDSource{Kind: config.KeyID}, "", kafka.Message{Key: binary, Value: binary, Time: ts}, string(binary), ts, nil},
+		{"key, a deep value", config.IDSource{Kind: config.KeyID}, "", kafka.Message{Key: []byte("k"), Value: deep, Time: ts}, "k", ts, nil},
+		{"header", config.IDSource{Kind: config.HeaderID, Header: "x-id"}, "", kafka.Message{Value: binary, Time: ts,
+			Headers: []kafka.Header{{Key: "other", Value: []byte("no")}, {Key: "x-id", Value: binary}}}, string(binary), ts, nil},
+		{"value", config.IDSource{Kind: config.ValueID}, "", kafka.Message{Value: binary, Time: ts}, string(AppendValueID(nil, binary)), ts, nil},
+		{"time header, millis", config.IDSource{Kind: config.KeyID}, "event-time",
+			kafka.Message{Key: []byte("k"), Headers: []kafka.Header{{Key: "event-time", Value: []byte(ms)}}}, "k", ts, nil},
+		{"time header, RFC 3339", config.IDSource{Kind: config.ValueID}, "event-time",
+			kafka.Message{Value: binary, Headers: []kafka.Header{{Key: "event-time", Value: []byte(ts.Format(time.RFC3339Nano))}}}, string(AppendValueID(nil, binary)), ts, nil},
+		{"time header missing", config.IDSource{Kind: config.KeyID}, "event-time", kafka.Message{Key: []byte("k"), Time: ts}, "", time.Time{}, ErrNoTime},
+		{"time header unreadable", config.IDSource{Kind: config.KeyID}, "event-time",
+			kafka.Message{Key: []byte("k"), Headers: []kafka.Header{{Key: "event-time", Value: []byte("noon")}}}, "", time.Time{}, ErrBadTime},
+		{"no timestamp", config.IDSource{Kind: config.HeaderID, Header: "x-id"}, "", kafka.Message{Headers: []kafka.Header{{Key: "x-id", Value: []byte("h")}}}, "", time.Time{}, ErrNoTime},
+		{"no key", config.IDSource{Kind: config.KeyID}, "", kafka.Message{Value: binary, Time: ts}, "", time.Time{}, ErrNoKey},
+		{"no header", config.IDSource{Kind: config.HeaderID, Header: "x-id"}, "", kafka.Message{Value: binary, Time: ts,
+			Headers: []kafka.Header{{Key: "X-Id", Value: []byte("case differs")}}}, "", time.Time{}, ErrNoHeader},
+		{"empty header", config.IDSource{Kind: config.HeaderID, Header: "x-id"}, "", kafka.Message{Time: ts, Headers: []kafka.Header{{Key: "x-id", Value: []byte{}}}}, "", time.Time{}, ErrEmptyHeader},
+		{"empty value", config.IDSource{Kind: config.ValueID}, "", kafka.Message{Key: []byte("k"), Time: ts}, "", time.Time{}, ErrEmptyValue},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := NewExtractor(tc.src, "", tc.timeHeader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, at, err := e.Extract(&tc.msg)
+			if !errors.Is(err, tc.err) || string(id) != tc.id || !at.Equal(tc.at) {
+				t.Fatalf("got %q %v %v, want %q %v %v", id, at, err, tc.id, tc.at, tc.err)
+			}
+		})
+	}
+	if _, err := NewExtractor(config.IDSource{Kind: config.KeyID}, "ts", ""); err == nil {
+		t.Error("a JSON time field with the ID from the key: no error")
+	}
+}
+
+// Every dead-letter error of the Extractor has a reason of its own,
+// found by its type, and every reason the Extractor gives is a label of
+// record.Reasons.
+func TestExtractReasons(t *testing.T) {
+	want := map[error]record.Reason{ErrNotJSON: record.NotJSON, ErrTooDeep: record.TooDeep, ErrNoID: record.NoID, ErrEmptyID: record.EmptyID,
+		ErrBadID: record.BadID, ErrNoTime: record.NoTime, ErrBadTime: record.BadTime, ErrInvalidUTF8: record.InvalidUTF8,
+		ErrNoKey: record.NoKey, ErrNoHeader: record.NoHeader, ErrEmptyHeader: record.EmptyHeader, ErrEmptyValue: record.EmptyValue,
+		ErrNoIDPart: record.NoIDPart, ErrTooLarge: record.TooLarge, ErrLate: record.Late, ErrFuture: record.Future}
+	labels := map[string]bool{}
+	for _, r := range record.Reasons() {
+		labels[r.String()] = true
+	}
+	for err, r := range want {
+		// Wrapped as the composite's parts wrap them.
+		if got := reasonOf(fmt.Errorf("%w: part x", err)); got != r || !labels[got.String()] {
+			t.Errorf("%v: reason %v, want %v", err, got, r)
+		}
+	}
+}
+
+// The IDs the filters in Redis hold must not change across versions: a
+// single JSON field's ID is its bytes as before composites existed, a
+// composite's and a value's are pinned here.
+func TestIDsGolden(t *testing.T) {
+	ts := time.Now()
+	for _, tc := range []struct {
+		idField, value, id string
+	}{
+		{"click_id", `{"click_id":"click-0001","ts":1}`, "click-0001"},
+		{"click_id", `{"click_id":4242}`, "4242"},
+		{"click_id", `{"click_id":-12.5e3}`, "-12.5e3"},
+		{"click_id", `{"click_id":"q\"uote\\"}`, `q"uote\`},
+		{"click_id", `{"click_id":"\u00e9t\u00e9"}`, "été"},
+		{"meta.id", `{"meta":{"id":"m-1"}}`, "m-1"},
+		{"a,b", `{"a":"a","b":"bc"}`, "1:a,2:bc,"},
+		{"a,b", `{"a":"ab","b":"c"}`, "2:ab,1:c,"},
+		{"tenant_id,meta.click_id", `{"meta":{"click_id":"c-1"},"tenant_id":7}`, "1:7,3:c-1,"},
+		{"a,b,c", `{"a":"` + strings.Repeat("x", 12) + `","b":"é","c":"1,2:"}`, "12:" + strings.Repeat("x", 12) + ",2:é,4:1,2:,"},
+	} {
+		m := kafka.Message{Value: []byte(tc.value), Time: ts}
+		id, _, err := extractor(t, tc.idField, "").Extract(&m)
+		if err != nil || string(id) != tc.id {
+			t.Errorf("%s of %s: %q, %v; want %q", tc.idField, tc.value, id, err, tc.id)
+		}
+	}
+	if got := string(AppendCompositeID(nil, []byte("a"), []byte("bc"))); got != "1:a,2:bc," {
+		t.Errorf("AppendCompositeID(a, bc) = %q", got)
+	}
+	// The first is MurmurHash3 x64 128's published value for this string
+	// (h1 e34bbc7bbc071b6c, h2 7a433ca9c49a9347); the others pin what this
+	// version makes.
+	for _, tc := range []struct{ value, id string }{
+		{"The quick brown fox jumps over the lazy dog", "e34bbc7bbc071b6c7a433ca9c49a9347"},
+		{"x", "6d16e801ba1afee7d7ed6d966bae788c"},
+		{`{"click_id":"click-0001","ts":1}`, "d9698152bacfd57cbb22ff05702ea6bb"},
+	} {
+		if got := string(AppendValueID(nil, []byte(tc.value))); got != tc.id {
+			t.Errorf("value ID of %q: %s, want %s", tc.value, got, tc.id)
+		}
+	}
+}
+
+// A composite never makes the ID of another split of the same bytes, nor
+// an ID without a reason; it aliases nothing it was not given.
+func FuzzCompositeID(f *testing.F) {
+	f.Add("a", "bc", "ab", "c")
+	f.Add("1:a", ",", "1", ":a,")
+	f.Fuzz(func(t *testing.T, a, b, c, d string) {
+		x := AppendCompositeID(nil, []byte(a), []byte(b))
+		y := AppendCompositeID(nil, []byte(c), []byte(d))
+		if (a == c && b == d) != (string(x) == string(y)) {
+			t.Fatalf("(%q, %q) -> %q and (%q, %q) -> %q", a, b, x, c, d, y)
+		}
+		if n := compositePartLen(len(a)) + compositePartLen(len(b)); n != len(x) {
+			t.Fatalf("(%q, %q): encoded %d bytes, sized %d", a, b, len(x), n)
+		}
+	})
+}
+
+func BenchmarkExtractComposite(b *testing.B) {
+	e := extractor(b, "user,click_id", "ts")
+	ms := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	m := kafka.Message{Value: []byte(`{"click_id":"c-000000123456-9f3a2b1c","ts":` + ms + `,"user":"u-0012345","page":"/products/04242","ref":"campaign-042","ua":"Mozilla/5.0"}`)}
+	var hb headerBuf
+	b.ReportAllocs()
+	for b.Loop() {
+		hb.reset()
+		if _, _, err := e.extract(&m, &hb); err != nil {
 			b.Fatal(err)
 		}
 	}

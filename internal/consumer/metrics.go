@@ -1,6 +1,9 @@
 package consumer
 
 import (
+	"strconv"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -24,6 +27,17 @@ type Metrics struct {
 	lag            *prometheus.GaugeVec
 	// eventLag is per event: the clock at its decision less its event time.
 	eventLag prometheus.Histogram
+	// partitionVerdicts count first and duplicate verdicts per input topic
+	// and partition; partitions holds their counters, made when a
+	// partition is first decided.
+	partitionVerdicts *prometheus.CounterVec
+	mu                sync.Mutex
+	partitions        map[topicPartition]*[2]prometheus.Counter
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
 }
 
 // The steps of dedupe_errors_total: the calls the worker retries.
@@ -72,6 +86,10 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	m.eventLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_event_lag_seconds",
 		Help: "Per event, the clock at its decision less its event time (0 for event times ahead of the clock).", ConstLabels: l,
 		Buckets: EventLagBuckets})
+	m.partitionVerdicts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_partition_verdicts_total",
+		Help:        "Decisions per input topic and partition: first (forwarded in drop mode) or duplicate (dropped in drop mode, marked in shadow mode); events beyond the lag bound are not counted.",
+		ConstLabels: l}, []string{"topic", "partition", "verdict"})
+	m.partitions = map[topicPartition]*[2]prometheus.Counter{}
 	// Every label value the worker can use exists from the start, at 0, so
 	// that a rate over it is 0 rather than no data, and an alert on it
 	// fires on the first event rather than the second.
@@ -86,9 +104,33 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.eventsIn, m.forwarded, m.verdicts, m.deadLettered, m.errors, m.batchSize, m.batchSeconds, m.redisSeconds,
-			m.fetchToProduce, m.lag, m.eventLag)
+			m.fetchToProduce, m.lag, m.eventLag, m.partitionVerdicts)
 	}
 	return m
+}
+
+// addPartitionVerdicts adds n, counts by record.Verdict, to the verdicts of
+// one input partition. Both of its series exist from its first decision
+// on, so a rate of duplicates is 0 rather than no data. The series are
+// bounded by the partitions of the input topic.
+func (m *Metrics) addPartitionVerdicts(topic string, partition int32, n [2]int) {
+	k := topicPartition{topic, partition}
+	m.mu.Lock()
+	c, ok := m.partitions[k]
+	if !ok {
+		c = &[2]prometheus.Counter{}
+		p := strconv.Itoa(int(partition))
+		for _, v := range record.Verdicts() {
+			c[v] = m.partitionVerdicts.WithLabelValues(topic, p, v.String())
+		}
+		m.partitions[k] = c
+	}
+	m.mu.Unlock()
+	for v, x := range n {
+		if x > 0 {
+			c[v].Add(float64(x))
+		}
+	}
 }
 
 // EventsIn is the number of input messages read so far. It reads one

@@ -111,6 +111,11 @@ type Config struct {
 	// dead-letter topic (reasons late and future) instead of forwarding
 	// them undeduplicated with the UndeduplicatedHeader.
 	DeadLetterLate bool
+	// Shadow forwards every valid event, duplicates too, each deduplicated
+	// one with the record.VerdictHeader, and events beyond the lag bound
+	// undeduplicated whatever DeadLetterLate says; the decisions and what
+	// the filter records are those of drop mode.
+	Shadow bool
 	// Now is the clock of the event-time lag, the filter's. Default: time.Now.
 	Now func() time.Time
 
