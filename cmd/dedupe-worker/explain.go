@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -21,7 +24,14 @@ import (
 func explain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	id := fs.String("id", "", "the event's ID")
+	var in idInput
+	fs.StringVar(&in.id, "id", "", "the event's ID as the worker reads it: the JSON field's value, the key, the header's value, or the dedupe-id header")
+	fs.StringVar(&in.hex, "id-hex", "", "the ID in hexadecimal, for binary keys and headers")
+	fs.Func("part", "one field of a composite ID (DEDUPE_ID_FIELD with several paths), as the event has it; repeat in their order", func(s string) error {
+		in.parts = append(in.parts, s)
+		return nil
+	})
+	fs.StringVar(&in.valueFile, "value", "", "with DEDUPE_ID_FROM=value: a file holding the event's value, byte for byte (- for stdin)")
 	at := fs.String("time", "", "the event time: RFC 3339, or Unix seconds or milliseconds")
 	src := fs.String("source", "", "topic/partition/offset of an input event, as in the dedupe-source header")
 	if err := fs.Parse(args); err != nil {
@@ -31,8 +41,8 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dedupe-worker explain: "+format+"\n", a...)
 		return code
 	}
-	if fs.NArg() > 0 || (*src == "" && (*id == "" || *at == "")) {
-		return fail(2, "want -id ID -time T, or -source topic/partition/offset (and -id with several shards)")
+	if fs.NArg() > 0 || (*src == "" && (!in.given() || *at == "")) {
+		return fail(2, "want -id ID (or -id-hex, -part, -value) -time T, or -source topic/partition/offset (and the ID with several shards)")
 	}
 	var t time.Time
 	if *at != "" {
@@ -45,6 +55,19 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(2, "%v", err)
 	}
+	idSrc, err := cfg.IDSource()
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+	var id []byte
+	if in.given() {
+		if id, err = in.resolve(idSrc, os.Stdin); err != nil {
+			return fail(2, "%v", err)
+		}
+		if in.id == "" {
+			fmt.Fprintf(stdout, "the worker makes the ID %q (%s)\n", id, idSrc)
+		}
+	}
 	rc, err := app.NewRedis(cfg)
 	if err != nil {
 		return fail(2, "%v", err)
@@ -54,8 +77,8 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(2, "%v", err)
 	}
-	if *id != "" && *at != "" {
-		if err := explainID(ctx, stdout, f, cfg, []byte(*id), t); err != nil {
+	if id != nil && *at != "" {
+		if err := explainID(ctx, stdout, f, cfg, id, t); err != nil {
 			return fail(1, "%v", err)
 		}
 	}
@@ -66,12 +89,12 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		shard := 0
 		switch {
-		case *id != "":
-			shard = f.ShardOf([]byte(*id))
+		case id != nil:
+			shard = f.ShardOf(id)
 		case f.Plan().Shards > 1:
 			return fail(2, "%d shards: decision records are per shard; give -id, the event's ID, to find its shard", f.Plan().Shards)
 		}
-		if err := explainSource(ctx, stdout, f, bloom.Source{Topic: s.Topic, Partition: int32(s.Partition), Offset: s.Offset}, shard); err != nil {
+		if err := explainSource(ctx, stdout, f, cfg, bloom.Source{Topic: s.Topic, Partition: int32(s.Partition), Offset: s.Offset}, shard); err != nil {
 			return fail(1, "%v", err)
 		}
 	}
@@ -89,9 +112,11 @@ func explainID(ctx context.Context, w io.Writer, f *bloom.Filter, cfg config.Con
 	fmt.Fprintf(w, "deduplicated until %s (the end of its window plus DEDUPE_MAX_LAG %v)\n", e.Deadline.Format(time.RFC3339), win.MaxLag)
 	switch {
 	case e.Future:
-		fmt.Fprintf(w, "a copy decided now: future (stamped beyond the window after the clock's), not deduplicated: %s under DEDUPE_LATE_POLICY=%s\n", verbOf(cfg), cfg.LatePolicy)
+		fmt.Fprintf(w, "a copy decided now: future (stamped beyond the window after the clock's), not deduplicated: %s\n", lateAction(cfg))
 	case e.Late:
-		fmt.Fprintf(w, "a copy decided now: late (past its deadline), not deduplicated: %s under DEDUPE_LATE_POLICY=%s\n", verbOf(cfg), cfg.LatePolicy)
+		fmt.Fprintf(w, "a copy decided now: late (past its deadline), not deduplicated: %s\n", lateAction(cfg))
+	case e.Seen() && cfg.Mode == config.ModeShadow:
+		fmt.Fprintf(w, "a copy decided now: duplicate, forwarded with dedupe-verdict: duplicate under DEDUPE_MODE=shadow (a filter holds the ID: it was seen, or this is a false positive at about p = %g)\n", cfg.FalsePositiveRate)
 	case e.Seen():
 		fmt.Fprintf(w, "a copy decided now: duplicate, dropped (a filter holds the ID: it was seen, or this is a false positive at about p = %g)\n", cfg.FalsePositiveRate)
 	default:
@@ -109,14 +134,85 @@ func explainID(ctx context.Context, w io.Writer, f *bloom.Filter, cfg config.Con
 	return tw.Flush()
 }
 
-func verbOf(cfg config.Config) string {
-	if cfg.LatePolicy == config.LateDeadLetter {
-		return "dead-lettered"
+// lateAction is what becomes of an event beyond the lag bound.
+func lateAction(cfg config.Config) string {
+	switch {
+	case cfg.Mode == config.ModeShadow:
+		return "forwarded with dedupe-undeduplicated, as every valid event under DEDUPE_MODE=shadow"
+	case cfg.LatePolicy == config.LateDeadLetter:
+		return "dead-lettered under DEDUPE_LATE_POLICY=" + cfg.LatePolicy
 	}
-	return "forwarded with dedupe-undeduplicated"
+	return "forwarded with dedupe-undeduplicated under DEDUPE_LATE_POLICY=" + cfg.LatePolicy
 }
 
-func explainSource(ctx context.Context, w io.Writer, f *bloom.Filter, src bloom.Source, shard int) error {
+// idInput is the ID as the operator gives it: the ID itself (-id, -id-hex),
+// the fields of a composite (-part), or the value it is the hash of
+// (-value).
+type idInput struct {
+	id, hex   string
+	parts     []string
+	valueFile string
+}
+
+func (in idInput) given() bool { return in.id != "" || in.hex != "" || len(in.parts) > 0 || in.valueFile != "" }
+
+// resolve makes the ID the worker would make from what was given, for the
+// pipeline's ID source; stdin is read for -value -.
+func (in idInput) resolve(src config.IDSource, stdin io.Reader) ([]byte, error) {
+	n := 0
+	for _, set := range []bool{in.id != "", in.hex != "", len(in.parts) > 0, in.valueFile != ""} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, errors.New("give the ID one way: -id, -id-hex, -part (each field of a composite) or -value")
+	}
+	switch {
+	case in.id != "":
+		return []byte(in.id), nil
+	case in.hex != "":
+		b, err := hex.DecodeString(in.hex)
+		if err != nil || len(b) == 0 {
+			return nil, fmt.Errorf("-id-hex %q: want hexadecimal digits, two per byte", in.hex)
+		}
+		return b, nil
+	case len(in.parts) > 0:
+		if !src.Composite() {
+			return nil, fmt.Errorf("-part is for a composite ID; this pipeline's ID is %s", src)
+		}
+		if len(in.parts) != len(src.Paths) {
+			return nil, fmt.Errorf("%d -part flags; the ID is a %s: give one per field, in that order", len(in.parts), src)
+		}
+		parts := make([][]byte, len(in.parts))
+		for i, p := range in.parts {
+			if p == "" {
+				return nil, fmt.Errorf("-part %d is empty; the worker dead-letters an event with an empty field", i+1)
+			}
+			parts[i] = []byte(p)
+		}
+		return consumer.AppendCompositeID(nil, parts...), nil
+	}
+	if src.Kind != config.ValueID {
+		return nil, fmt.Errorf("-value is for DEDUPE_ID_FROM=value; this pipeline's ID is %s", src)
+	}
+	var v []byte
+	var err error
+	if in.valueFile == "-" {
+		v, err = io.ReadAll(stdin)
+	} else {
+		v, err = os.ReadFile(in.valueFile)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("-value: %w", err)
+	}
+	if len(v) == 0 {
+		return nil, errors.New("-value: empty; the worker dead-letters an event with an empty value")
+	}
+	return consumer.AppendValueID(nil, v), nil
+}
+
+func explainSource(ctx context.Context, w io.Writer, f *bloom.Filter, cfg config.Config, src bloom.Source, shard int) error {
 	r, err := f.ExplainSource(ctx, src, shard)
 	if err != nil {
 		return err
@@ -132,6 +228,10 @@ func explainSource(ctx context.Context, w io.Writer, f *bloom.Filter, src bloom.
 	case bloom.RecordedForward:
 		fmt.Fprintln(w, "recorded verdict: forwarded (first seen, or not deduplicated: late or future); a replay is forwarded again")
 	case bloom.RecordedDrop:
+		if cfg.Mode == config.ModeShadow {
+			fmt.Fprintln(w, "recorded verdict: a duplicate, forwarded with dedupe-verdict: duplicate under DEDUPE_MODE=shadow; a replay is marked so again (and dropped under drop)")
+			break
+		}
 		fmt.Fprintln(w, "recorded verdict: dropped as a duplicate; a replay is dropped again")
 	case bloom.NotDecided:
 		fmt.Fprintf(w, "no verdict: offset %d is past the highest decided (%d): not decided yet, or its event had another ID's shard (give -id)\n", src.Offset, r.Watermark-1)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"dedupe-worker/config"
 	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/consumer"
 	"dedupe-worker/internal/testenv"
 )
 
@@ -73,5 +76,84 @@ func TestExplainCommand(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"explain", "-id", "x"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "-time") {
 		t.Errorf("explain -id alone: exit %d, %q", code, errb.String())
+	}
+}
+
+// explain makes the ID as the worker does from what an operator sees:
+// the fields of a composite, a binary key in hexadecimal, the value of an
+// event whose ID is its hash; and says what shadow mode does with a
+// duplicate.
+func TestExplainIDSources(t *testing.T) {
+	srv := testenv.Redis(t)
+	for _, kv := range workerVars("127.0.0.1:9", srv.Addr, ":0") {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	cfg, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := app.NewRedis(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	f, err := app.NewFilter(cfg, rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := testenv.Now()
+	value := []byte{0x00, 0x00, 0x00, 0x01, 0x2c, 0x02, 0xff}
+	key := []byte{0x00, 0x00, 0x00, 0x01, 0x2c, 'k'}
+	ids := [][]byte{consumer.AppendCompositeID(nil, []byte("a"), []byte("bc")), consumer.AppendValueID(nil, value), key}
+	var elems []bloom.Element
+	for i, id := range ids {
+		elems = append(elems, bloom.Element{ID: id, Time: now, Source: bloom.Source{Topic: "in", Partition: 0, Offset: int64(2 * i)}},
+			bloom.Element{ID: id, Time: now, Source: bloom.Source{Topic: "in", Partition: 0, Offset: int64(2*i + 1)}})
+	}
+	if _, err := f.TestAndSet(t.Context(), elems); err != nil {
+		t.Fatal(err)
+	}
+	valueFile := filepath.Join(t.TempDir(), "value.bin")
+	if err := os.WriteFile(valueFile, value, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	at := strconv.FormatInt(now.Unix(), 10)
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"DEDUPE_ID_FIELD=tenant,click_id"}, []string{"-part", "a", "-part", "bc", "-time", at},
+			0, []string{`the worker makes the ID "1:a,2:bc,"`, "duplicate, dropped"}},
+		{[]string{"DEDUPE_ID_FIELD=tenant,click_id"}, []string{"-part", "ab", "-part", "c", "-time", at},
+			0, []string{`"2:ab,1:c,"`, "first seen, forwarded"}},
+		{[]string{"DEDUPE_ID_FIELD=tenant,click_id"}, []string{"-part", "a", "-time", at}, 2, []string{"one per field"}},
+		{[]string{"DEDUPE_ID_FIELD=", "DEDUPE_ID_FROM=value"}, []string{"-value", valueFile, "-time", at},
+			0, []string{string(ids[1]), "duplicate, dropped"}},
+		{[]string{"DEDUPE_ID_FIELD=", "DEDUPE_ID_FROM=value", "DEDUPE_MODE=shadow"}, []string{"-id", string(ids[1]), "-time", at, "-source", "in/0/3"},
+			0, []string{"forwarded with dedupe-verdict: duplicate", "recorded verdict: a duplicate, forwarded with dedupe-verdict: duplicate"}},
+		{[]string{"DEDUPE_ID_FIELD=", "DEDUPE_ID_FROM=key"}, []string{"-id-hex", "000000012c6b", "-time", at}, 0, []string{"duplicate, dropped"}},
+		{[]string{"DEDUPE_ID_FIELD=", "DEDUPE_ID_FROM=key"}, []string{"-value", valueFile, "-time", at}, 2, []string{"DEDUPE_ID_FROM=value"}},
+		{nil, []string{"-part", "a", "-time", at}, 2, []string{"composite"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			for _, kv := range tc.env {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			var out, errb bytes.Buffer
+			code := run(append([]string{"explain"}, tc.args...), &out, &errb)
+			t.Logf("exit %d\n%s%s", code, out.String(), errb.String())
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d", code, tc.code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String()+errb.String(), w) {
+					t.Errorf("no %q in the output", w)
+				}
+			}
+		})
 	}
 }

@@ -37,8 +37,10 @@ const usage = `usage: dedupe-worker [run | plan [flags] | stats | explain [flags
             flags -n, -p, -window, -mode, -max-lag, -shards default to the DEDUPE_* values
   stats     print the live filter statistics of the configured pipeline
   explain   read-only: -id ID -time T: the buckets, shard and stages a copy of the ID
-            decided now would test, and whether each holds it; -source topic/partition/offset
-            (with -id when there are several shards): the recorded verdict, or why there is none`
+            decided now would test, and whether each holds it; the ID may be given as
+            -id-hex HEX (a binary key or header), -part P once per field of a composite,
+            or -value FILE (DEDUPE_ID_FROM=value); -source topic/partition/offset
+            (with the ID when there are several shards): the recorded verdict, or why there is none`
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "run"
@@ -124,6 +126,14 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dedupe-worker plan:", err)
 		return 2
 	}
+	ids, err := idLine()
+	if err != nil {
+		fmt.Fprintln(stderr, "dedupe-worker plan:", err)
+		return 2
+	}
+	if ids != "" {
+		fmt.Fprintln(stdout, ids)
+	}
 	live := bloom.Windows{Length: *window, Mode: m, MaxLag: *maxLag}.Live()
 	fmt.Fprintf(stdout, "%s windows of %v with a lag bound of %v: %d windows of keys live at once\n", *mode, *window, *maxLag, live)
 	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
@@ -168,6 +178,35 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	}
 	tw.Flush()
 	return 0
+}
+
+// idLine says where the configured pipeline's IDs come from and what its
+// mode does, when any of those variables is set: the sizing is the same
+// for every source and mode, the line is there to check the variables.
+// The error names a variable out of range.
+func idLine() (string, error) {
+	vars := map[string]string{}
+	for _, name := range []string{"ID_FROM", "ID_FIELD", "ID_HEADER", "MODE"} {
+		if v, ok := os.LookupEnv(config.Prefix + "_" + name); ok {
+			vars[name] = v
+		}
+	}
+	if len(vars) == 0 {
+		return "", nil
+	}
+	src, err := config.ParseIDSource(vars["ID_FROM"], vars["ID_FIELD"], vars["ID_HEADER"])
+	if err != nil {
+		return "", err
+	}
+	d := config.Defaults()
+	switch mode := envOr("MODE", d.Mode, func(s string) (string, error) { return s, nil }); mode {
+	case config.ModeDrop:
+		return fmt.Sprintf("IDs: %s; mode drop: duplicates are dropped", src), nil
+	case config.ModeShadow:
+		return fmt.Sprintf("IDs: %s; mode shadow: every valid event is forwarded, duplicates marked dedupe-verdict: duplicate, in the same filters as drop", src), nil
+	default:
+		return "", fmt.Errorf("%w: %s_MODE: %q: want %s or %s", config.ErrInvalid, config.Prefix, mode, config.ModeDrop, config.ModeShadow)
+	}
 }
 
 func stats(ctx context.Context, stdout, stderr io.Writer) int {

@@ -180,6 +180,34 @@ func TestPlanCommand(t *testing.T) {
 	}
 }
 
+// plan says where the IDs come from and what the mode does when those
+// variables are set, and refuses them out of range.
+func TestPlanNamesIDSource(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		code int
+		want string
+	}{
+		{[]string{"DEDUPE_ID_FIELD=tenant_id,meta.click_id", "DEDUPE_MODE=shadow"}, 0,
+			"IDs: composite of JSON fields tenant_id, meta.click_id; mode shadow: every valid event is forwarded"},
+		{[]string{"DEDUPE_ID_FROM=value"}, 0, "IDs: a 128-bit hash of the value; mode drop"},
+		{[]string{"DEDUPE_ID_FROM=header"}, 2, "DEDUPE_ID_HEADER"},
+		{[]string{"DEDUPE_ID_FROM=key", "DEDUPE_MODE=observe"}, 2, "DEDUPE_MODE"},
+	} {
+		t.Run(strings.Join(tc.env, " "), func(t *testing.T) {
+			for _, kv := range tc.env {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			var out, errb bytes.Buffer
+			code := run([]string{"plan", "-n", "1000000"}, &out, &errb)
+			if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.want) {
+				t.Fatalf("exit %d, want %d with %q:\n%s%s", code, tc.code, tc.want, out.String(), errb.String())
+			}
+		})
+	}
+}
+
 func TestUsageNamesSubcommands(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"help"}, &out, &errb); code != 0 {
