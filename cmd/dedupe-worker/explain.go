@@ -154,7 +154,9 @@ type idInput struct {
 	valueFile string
 }
 
-func (in idInput) given() bool { return in.id != "" || in.hex != "" || len(in.parts) > 0 || in.valueFile != "" }
+func (in idInput) given() bool {
+	return in.id != "" || in.hex != "" || len(in.parts) > 0 || in.valueFile != ""
+}
 
 // resolve makes the ID the worker would make from what was given, for the
 // pipeline's ID source; stdin is read for -value -.
