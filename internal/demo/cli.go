@@ -13,6 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"dedupe-worker/config"
 )
 
 // RunDemo is the demo command: it parses args, runs the demo with the
@@ -32,6 +34,8 @@ func RunDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Behind, "behind", 0, "stamp the events this long before the clock: a backlog read after an outage")
 	fs.DurationVar(&o.MaxLag, "max-lag", time.Hour, "the workers' lag bound, DEDUPE_MAX_LAG")
 	fs.Float64Var(&o.MaxGrowth, "max-growth", 64, "how far a window may grow past -expected, DEDUPE_MAX_GROWTH (1: no growth)")
+	fs.StringVar(&o.IDFrom, "id-from", "json", "where the workers read the ID, DEDUPE_ID_FROM: json (the click_id field), key, header or value (a hash of the value)")
+	fs.StringVar(&o.Mode, "mode", "drop", "the workers' DEDUPE_MODE: drop, or shadow (forward every event, duplicates marked)")
 	fs.BoolVar(&o.Verbose, "v", false, "show the workers' warnings as they are logged")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -82,15 +86,35 @@ func (r *Result) Print(w io.Writer) {
 		group3(int64(r.Events)), percent(o.Dup), percent(o.Bad), Replicas, r.Partitions)
 	fmt.Fprintf(w, "filter: %s distinct IDs per %v rolling window at p = %g; %d words x %d bits per ID, %d shard(s), %s bits (%.1f per ID at capacity), achieved p %.2g at capacity\n",
 		group3(pl.Elements), o.Window, pl.TargetFPR, pl.Layout.Words, pl.Layout.BitsPerWord, pl.Shards, group3(int64(pl.Bits())), pl.BitsPerElement(), pl.AchievedFPR)
-	fmt.Fprintf(w, "event times %v behind the clock; lag bound %v\n\n", o.Behind, o.MaxLag)
+	fmt.Fprintf(w, "event times %v behind the clock; lag bound %v\n", o.Behind, o.MaxLag)
+	if o.IDFrom != "json" || o.Mode != config.ModeDrop {
+		fmt.Fprintf(w, "IDs from %s; mode %s\n", r.IDSource, o.Mode)
+	}
+	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
 	row("events in", "%s", group3(int64(r.Events)))
 	row("distinct valid IDs", "%s (in %s valid events)", group3(int64(r.Distinct)), group3(int64(r.Valid)))
-	row("forwarded", "%s distinct by dedupe-source; %s records, %s of them replays", group3(int64(r.ForwardedSources)),
+	forwarded := "forwarded"
+	if o.Mode == config.ModeShadow {
+		forwarded = "forwarded, marked first"
+	}
+	row(forwarded, "%s distinct by dedupe-source; %s records, %s of them replays", group3(int64(r.ForwardedSources)),
 		group3(int64(r.OutRecords)), group3(int64(r.Replays)))
-	row("duplicates dropped", "%s: %s repeats of an ID already seen, %s first copies taken for repeats (false positives)",
+	if o.Mode == config.ModeShadow {
+		sc := r.Shadow
+		row("shadow mode", "%s of %s valid events forwarded: %s marked first, %s marked duplicate (a duplicate rate of %.2f%%), %s undeduplicated (beyond the lag bound)",
+			group3(int64(sc.Forwarded)), group3(int64(r.Valid)), group3(int64(sc.MarkedFirst)), group3(int64(sc.MarkedDuplicate)),
+			100*float64(sc.MarkedDuplicate)/float64(max(r.Valid, 1)), group3(int64(sc.Undeduplicated)))
+		row("marks", "%s unmarked, %s marked otherwise than the decision records say, %s valid events not forwarded",
+			group3(int64(sc.Unmarked)), group3(int64(sc.Disagree)), group3(int64(sc.Missing)))
+	}
+	dropped := "duplicates dropped"
+	if o.Mode == config.ModeShadow {
+		dropped = "duplicates marked"
+	}
+	row(dropped, "%s: %s repeats of an ID already seen, %s first copies taken for repeats (false positives)",
 		group3(int64(r.Dropped)), group3(int64(r.Valid-r.Distinct)), group3(int64(r.FalsePositives)))
 	row("dead-lettered", "%s of %s malformed (%s)", group3(int64(r.DeadLettered)), group3(int64(r.Malformed)), reasons(r.DeadReasons))
 	lost := group3(int64(r.Lost))
@@ -213,6 +237,17 @@ func (r *Result) problems() []string {
 	}
 	if !r.RecordsAgree {
 		bad = append(bad, "decision records disagree with the output")
+	}
+	if sc := r.Shadow; r.Options.Mode == config.ModeShadow {
+		for _, x := range []struct {
+			n    int
+			what string
+		}{{sc.Missing, "valid events not forwarded in shadow mode"}, {sc.Unmarked, "forwarded without dedupe-verdict"},
+			{sc.Disagree, "marked otherwise than recorded"}} {
+			if x.n > 0 {
+				bad = append(bad, fmt.Sprintf("%s %s", group3(int64(x.n)), x.what))
+			}
+		}
 	}
 	for _, err := range r.WorkerErrors {
 		bad = append(bad, err.Error())

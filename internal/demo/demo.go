@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clickstream"
+	"dedupe-worker/internal/consumer"
 	"dedupe-worker/internal/redisproc"
 )
 
@@ -35,6 +37,10 @@ const (
 	DLQTopic    = "clicks-dlq"
 	Group       = "dedupe-demo"
 	Replicas    = 2
+	// IDHeader holds the click ID with -id-from header; TimeHeader the
+	// event time (Unix milliseconds) with key, header and value.
+	IDHeader   = "click-id"
+	TimeHeader = "event-time"
 )
 
 // ErrNoRedis is returned when redis-server is not on the PATH.
@@ -59,6 +65,14 @@ type Options struct {
 	// ends the run at its planned load and rate.
 	Expected int64
 	Seed     uint64
+	// IDFrom is where the workers read the ID (DEDUPE_ID_FROM): json (the
+	// default: the click_id field, the time in ts), key, header or value.
+	// With the last three the event time is in the header TimeHeader, the
+	// ID in the key or the header IDHeader, and a malformed event is one
+	// without them (for value: with an empty value).
+	IDFrom string
+	// Mode is the workers' DEDUPE_MODE: drop (the default) or shadow.
+	Mode string
 	// Progress receives the live progress line (nil: none) and, with
 	// Verbose, the workers' log.
 	Progress io.Writer
@@ -88,6 +102,12 @@ func (o *Options) setDefaults() {
 	if o.MaxGrowth == 0 {
 		o.MaxGrowth = d.MaxGrowth
 	}
+	if o.IDFrom == "" {
+		o.IDFrom = d.IDFrom
+	}
+	if o.Mode == "" {
+		o.Mode = d.Mode
+	}
 }
 
 // validate checks the options of the demo itself; those it hands to the
@@ -111,7 +131,7 @@ func (o Options) validate() error {
 
 // flagOf names the demo flag that sets each worker variable.
 var flagOf = map[string]string{"WINDOW": "-window", "MAX_LAG": "-max-lag", "FALSE_POSITIVE_RATE": "-p",
-	"EXPECTED_PER_WINDOW": "-expected", "MAX_GROWTH": "-max-growth"}
+	"EXPECTED_PER_WINDOW": "-expected", "MAX_GROWTH": "-max-growth", "ID_FROM": "-id-from", "MODE": "-mode"}
 
 // partitionsFor is the input's partition count: 8, or more so that no
 // partition holds more events than the decision records the verifier
@@ -179,6 +199,11 @@ type Result struct {
 	StagesMade, Refused, Waits int
 	WaitTotal, LongestWait     time.Duration
 
+	// IDSource says where the workers read the IDs; Shadow is what the
+	// verifier found of the marks in shadow mode.
+	IDSource config.IDSource
+	Shadow   ShadowCheck
+
 	PerReplica   []float64 // events decided by each replica
 	Verdicts     map[string]float64
 	LogLines     int
@@ -197,12 +222,54 @@ func (r *Result) EventsPerSecond() float64 { return float64(r.Events) / r.Elapse
 func workerConfig(o Options, brokers []string, redisAddr, httpAddr string) config.Config {
 	c := config.Defaults()
 	c.Pipeline, c.KafkaBrokers, c.InputTopic, c.OutputTopic, c.DLQTopic = "demo", brokers, InputTopic, OutputTopic, DLQTopic
-	c.GroupID, c.RedisAddrs, c.IDField, c.TimeField = Group, []string{redisAddr}, "click_id", "ts"
+	c.GroupID, c.RedisAddrs = Group, []string{redisAddr}
+	c.IDFrom, c.Mode = o.IDFrom, o.Mode
+	switch o.IDFrom {
+	case "json":
+		c.IDField, c.TimeField = "click_id", "ts"
+	case "header":
+		c.IDHeader, c.TimeHeader = IDHeader, TimeHeader
+	default:
+		c.TimeHeader = TimeHeader
+	}
 	c.Window, c.MaxLag, c.MaxGrowth, c.ExpectedPerWindow, c.FalsePositiveRate = o.Window, o.MaxLag, o.MaxGrowth, o.Expected, o.P
 	c.HTTPAddr, c.LogLevel = httpAddr, "warn"
 	// A replica stopped by the demo hands its partitions over sooner.
 	c.KafkaSessionTimeout, c.ShutdownTimeout = 3*time.Second, 10*time.Second
 	return c
+}
+
+// record is the input record of click event e for the run's ID source,
+// and e as the ground truth knows it: its ID is the one the workers make,
+// and a malformed event's value the one its dead letter carries.
+func (o Options) record(e clickstream.Event) (*kgo.Record, clickstream.Event) {
+	if o.IDFrom == "json" {
+		return &kgo.Record{Key: e.Key, Value: e.Value}, e
+	}
+	r := &kgo.Record{Key: e.Key, Value: e.Value,
+		Headers: []kgo.RecordHeader{{Key: TimeHeader, Value: strconv.AppendInt(nil, e.Time.UnixMilli(), 10)}}}
+	valid := e.ID != ""
+	switch o.IDFrom {
+	case "key":
+		// A malformed event has no key.
+		r.Key = nil
+		if valid {
+			r.Key = []byte(e.ID)
+		}
+	case "header":
+		if valid {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: IDHeader, Value: []byte(e.ID)})
+		}
+	case "value":
+		// A malformed event has an empty value; any other value is valid,
+		// and its ID is its hash.
+		if valid {
+			e.ID = string(consumer.AppendValueID(nil, e.Value))
+		} else {
+			r.Value, e.Value = nil, nil
+		}
+	}
+	return r, e
 }
 
 func freeAddr() (string, error) {
@@ -262,6 +329,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Options: o, Plan: plan, Partitions: partitionsFor(o.N)}
+	if res.IDSource, err = workerConfig(o, nil, "", "").IDSource(); err != nil {
+		return nil, err
+	}
 	logs := &logBuffer{}
 	if o.Verbose {
 		logs.echo = o.Progress
@@ -380,8 +450,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		evs := make([]clickstream.Event, k)
 		recs := make([]*kgo.Record, k)
 		for j := range evs {
-			evs[j] = stream.Next()
-			recs[j] = &kgo.Record{Key: evs[j].Key, Value: evs[j].Value}
+			recs[j], evs[j] = o.record(stream.Next())
 		}
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err := cl.ProduceSync(pctx, recs...).FirstErr()
@@ -434,8 +503,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return res, err
 	}
 
-	// The verdict.
+	// The verdict. In shadow mode every valid event is forwarded, and the
+	// ones marked first are what drop mode would have forwarded: they are
+	// checked as drop mode's output is.
 	res.Events, res.Valid, res.Distinct, res.Malformed = tr.Total, tr.valid, len(tr.ids), tr.Truth.Malformed
+	if o.Mode == config.ModeShadow {
+		res.Shadow = checkShadow(tr, out, decided)
+		out = res.Shadow.first
+	}
 	res.Check = clickstream.Check(tr.Truth, out, dead)
 	res.OutRecords, res.Replays = res.Check.OutRecords, res.Check.Replays
 	res.ForwardedSources = res.OutRecords - res.Replays

@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"regexp"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clickstream"
+	"dedupe-worker/internal/record"
 )
 
 func runDemo(t *testing.T, o Options) *Result {
@@ -130,6 +132,48 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// The demo with the ID in the key, in a header and as the hash of the
+// value (the event time in a header): the same report agrees with the
+// ground truth, and the malformed events (no key, no header, an empty
+// value) are dead-lettered for the source's reason.
+func TestDemoIDSources(t *testing.T) {
+	for from, reason := range map[string]string{"key": "no_key", "header": "no_header", "value": "empty_value"} {
+		t.Run(from, func(t *testing.T) {
+			res := runDemo(t, Options{N: 6_000, Dup: 0.1, Bad: 0.02, Seed: 11, IDFrom: from})
+			checkAgainstTruth(t, res)
+			if len(res.DeadReasons) != 1 || res.DeadReasons[reason] != res.Malformed {
+				t.Errorf("dead letters by reason %v: want all %d for %s", res.DeadReasons, res.Malformed, reason)
+			}
+			var report bytes.Buffer
+			res.Print(&report)
+			if want := "IDs from " + res.IDSource.String() + "; mode drop"; !strings.Contains(report.String(), want) {
+				t.Errorf("the report does not say %q", want)
+			}
+		})
+	}
+}
+
+// In shadow mode the demo forwards every valid event, marks exactly the
+// duplicates (as the decision records in Redis say), and the events
+// marked first pass the checks drop mode's output passes.
+func TestDemoShadow(t *testing.T) {
+	res := runDemo(t, Options{N: 10_000, Dup: 0.1, Bad: 0.01, Seed: 12, Mode: "shadow"})
+	checkAgainstTruth(t, res)
+	sc := res.Shadow
+	if sc.Forwarded != res.Valid || sc.Missing != 0 || sc.Unmarked != 0 || sc.Disagree != 0 {
+		t.Errorf("%+v: want all %d valid events forwarded and marked as recorded", sc, res.Valid)
+	}
+	if sc.MarkedDuplicate != res.Dropped || sc.MarkedDuplicate < res.Valid-res.Distinct || sc.MarkedFirst != res.ForwardedSources {
+		t.Errorf("%d marked duplicate, %d marked first; want %d (the repeats and false positives) and %d", sc.MarkedDuplicate, sc.MarkedFirst,
+			res.Dropped, res.ForwardedSources)
+	}
+	var report bytes.Buffer
+	res.Print(&report)
+	if !regexp.MustCompile(`(?m)^shadow mode\s+` + group3(int64(res.Valid)) + ` of ` + group3(int64(res.Valid)) + ` valid events forwarded`).MatchString(report.String()) {
+		t.Error("the report does not say every valid event was forwarded")
+	}
+}
+
 // A filter ten times too small that may not grow: false positives are
 // many, all of them are told apart from losses, and their count is what
 // the filter's rate at its fill predicts.
@@ -158,7 +202,8 @@ func TestDemoWithoutRedis(t *testing.T) {
 }
 
 func TestDemoBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"-dup", "0.7", "-bad", "0.4"}, {"-window", "1500ms"}, {"-p", "1"}, {"-n", "0"}, {"extra"}} {
+	for _, args := range [][]string{{"-dup", "0.7", "-bad", "0.4"}, {"-window", "1500ms"}, {"-p", "1"}, {"-n", "0"}, {"extra"},
+		{"-id-from", "body"}, {"-mode", "observe"}} {
 		var out, errb bytes.Buffer
 		if code := RunDemo(context.Background(), args, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb.String())
@@ -225,5 +270,33 @@ func TestGroup3(t *testing.T) {
 		if got := group3(n); got != want {
 			t.Errorf("group3(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// The shadow check counts an event marked otherwise than recorded, one
+// not marked and one not forwarded.
+func TestCheckShadow(t *testing.T) {
+	tr := newTruth(0)
+	ev := func(id string) clickstream.Event { return clickstream.Event{ID: id, Time: time.Now()} }
+	tr.add(ev("a"), 0, 0)
+	tr.add(ev("a"), 0, 1)
+	tr.add(ev("b"), 0, 2)
+	tr.add(ev("c"), 0, 3)
+	tr.add(ev("d"), 0, 4)
+	tr.add(clickstream.Event{Value: []byte("bad")}, 0, 5)
+	rec := func(off int, id, verdict string) *kgo.Record {
+		h := []kgo.RecordHeader{{Key: clickstream.IDHeader, Value: []byte(id)}, {Key: clickstream.SourceHeader, Value: fmt.Appendf(nil, "clicks/0/%d", off)}}
+		if verdict != "" {
+			h = append(h, kgo.RecordHeader{Key: record.VerdictHeader, Value: []byte(verdict)})
+		}
+		return &kgo.Record{Headers: h}
+	}
+	// a@0 first, a@1 duplicate (a replay of it too), b@2 marked duplicate
+	// though recorded forward, c@3 unmarked, d@4 never forwarded.
+	out := []*kgo.Record{rec(0, "a", "first"), rec(1, "a", "duplicate"), rec(1, "a", "duplicate"), rec(2, "b", "duplicate"), rec(3, "c", "")}
+	decided := []bloom.Recorded{bloom.RecordedForward, bloom.RecordedDrop, bloom.RecordedForward, bloom.RecordedForward, bloom.RecordedForward, bloom.NotDecided}
+	c := checkShadow(tr, out, decided)
+	if c.Forwarded != 4 || c.MarkedFirst != 1 || c.MarkedDuplicate != 2 || c.Unmarked != 1 || c.Disagree != 1 || c.Missing != 1 || len(c.first) != 2 {
+		t.Fatalf("%+v (%d first): want 4 forwarded, 1 first, 2 duplicate, 1 unmarked, 1 disagreeing, 1 missing, 2 checked as first", c, len(c.first))
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clickstream"
+	"dedupe-worker/internal/record"
 )
 
 // input is one produced event as the ground truth knows it.
@@ -182,4 +183,75 @@ func expectedFalsePositives(plan bloom.Plan, rolling bool, perBucket map[int64]i
 // of the mean for the approximations of the model, plus 3.
 func within(observed int, mean, variance float64) bool {
 	return math.Abs(float64(observed)-mean) <= 6*math.Sqrt(variance)+0.05*mean+3
+}
+
+// ShadowCheck is what the verifier found of a shadow-mode run's output,
+// which holds every valid event, each marked with what drop mode would
+// have done.
+type ShadowCheck struct {
+	// Forwarded are the valid events forwarded, distinct by dedupe-source;
+	// MarkedFirst and MarkedDuplicate split them by their dedupe-verdict,
+	// and Undeduplicated are those beyond the lag bound (forwarded with
+	// dedupe-undeduplicated, as drop mode forwards them by default).
+	Forwarded, MarkedFirst, MarkedDuplicate, Undeduplicated int
+	// Missing are valid events never forwarded; Unmarked those forwarded
+	// without a dedupe-verdict (or with one not known); Disagree those
+	// marked otherwise than the decision records in Redis say. All must
+	// be 0.
+	Missing, Unmarked, Disagree int
+	// first are the output records marked first: what drop mode would
+	// have forwarded.
+	first []*kgo.Record
+}
+
+// checkShadow reads the marks of a shadow-mode output against the inputs
+// and the decision records (decided[i] for tr.inputs[i]).
+func checkShadow(tr *truth, out []*kgo.Record, decided []bloom.Recorded) ShadowCheck {
+	var c ShadowCheck
+	at := make(map[[2]int64]int, len(tr.inputs))
+	for i, in := range tr.inputs {
+		at[[2]int64{int64(in.partition), in.offset}] = i
+	}
+	seen := make([]bool, len(tr.inputs))
+	for _, r := range out {
+		v, marked := record.ParseVerdict([]byte(clickstream.Header(r, record.VerdictHeader)))
+		undeduplicated := clickstream.Header(r, record.UndeduplicatedHeader) != ""
+		if !marked || v == record.First {
+			// Unmarked ones are checked with what drop mode forwards, so
+			// that whatever they are is counted there too.
+			c.first = append(c.first, r)
+		}
+		src, ok := record.ParseSource([]byte(clickstream.Header(r, clickstream.SourceHeader)))
+		i, known := at[[2]int64{int64(src.Partition), src.Offset}]
+		if !ok || !known || seen[i] {
+			continue // not an input (the check of the first ones counts it), or a replay
+		}
+		seen[i] = true
+		if tr.inputs[i].id < 0 {
+			continue // a malformed input forwarded: counted by that check too
+		}
+		c.Forwarded++
+		switch {
+		case undeduplicated && !marked:
+			c.Undeduplicated++
+		case !marked:
+			c.Unmarked++
+		case v == record.First:
+			c.MarkedFirst++
+			if decided[i] != bloom.RecordedForward {
+				c.Disagree++
+			}
+		default:
+			c.MarkedDuplicate++
+			if decided[i] != bloom.RecordedDrop {
+				c.Disagree++
+			}
+		}
+	}
+	for i, in := range tr.inputs {
+		if in.id >= 0 && !seen[i] {
+			c.Missing++
+		}
+	}
+	return c
 }
