@@ -61,9 +61,10 @@ type Config struct {
 	TimeHeader string `envconfig:"TIME_HEADER"`
 	// Mode is drop (duplicates are dropped) or shadow (every valid event is
 	// forwarded, each deduplicated one with the dedupe-verdict header,
-	// first or duplicate, saying what drop would have done). Both decide
-	// and record alike, in the same keys, so a pipeline switched from
-	// shadow to drop keeps its windows. Default: drop.
+	// first or duplicate, saying what drop would have done, and events
+	// beyond the lag bound undeduplicated whatever LatePolicy says). Both
+	// decide and record alike, in the same keys, so a pipeline switched
+	// from shadow to drop keeps its windows. Default: drop.
 	Mode string `envconfig:"MODE" default:"drop"`
 	// Window is the deduplication window, a Go duration. Default: 10m.
 	Window time.Duration `envconfig:"WINDOW" default:"10m"`
