@@ -113,7 +113,9 @@ type Config struct {
 	// KafkaTimeout bounds each Kafka call. Default: 10s.
 	KafkaTimeout time.Duration `envconfig:"KAFKA_TIMEOUT" default:"10s"`
 	// KafkaSessionTimeout is the consumer group session timeout: how long
-	// a replica that died holds its partitions. Default: 10s.
+	// a replica that died holds its partitions; the heartbeat interval (a
+	// tenth of it) and the rebalance timeout (a quarter, at least 1 s)
+	// derive from it (consumer.GroupTimingsFor). Default: 10s.
 	KafkaSessionTimeout time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT" default:"10s"`
 	// ShutdownTimeout bounds the shutdown after SIGTERM. Default: 30s.
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
