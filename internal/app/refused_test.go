@@ -3,11 +3,14 @@ package app
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"dedupe-worker/internal/clickstream"
@@ -104,4 +107,45 @@ func TestDeadLetterRefusedStopsTheWorker(t *testing.T) {
 		t.Fatalf("Run returned %v; want a StageError of %s with ErrDeadLetterRefused", err, consumer.StepDeadLetter)
 	}
 	t.Logf("%v", err)
+}
+
+// An ID too large for the output topic (a 150 kB click_id, with the
+// output and dead-letter topics both limited to 100,000 bytes): the event
+// is refused by the output, and its dead letter leaves out the value and
+// the 150 kB dedupe-id, so the dead-letter topic takes it and the worker
+// goes on instead of stopping on the same offset after every restart.
+func TestHugeIDRefusedByBothTopics(t *testing.T) {
+	k := testenv.StartKafka(t, testenv.Topics{"in": 1})
+	k.CreateTopic("out", 1, map[string]string{"max.message.bytes": "100000"})
+	k.CreateTopic("dlq", 1, map[string]string{"max.message.bytes": "100000"})
+	srv := testenv.Redis(t)
+	huge := strings.Repeat("h", 150_000)
+	recs := []*kgo.Record{{Value: fmt.Appendf(nil, `{"click_id":"a","ts":%d}`, time.Now().UnixMilli())},
+		{Value: fmt.Appendf(nil, `{"click_id":%q,"ts":%d}`, huge, time.Now().UnixMilli())},
+		{Value: fmt.Appendf(nil, `{"click_id":"b","ts":%d}`, time.Now().UnixMilli())}}
+	k.Produce("in", recs...)
+	cfg := testenv.Config("hugeid", k.Addrs(), srv.Addr)
+	cfg.IDField, cfg.TimeField = "click_id", "ts"
+	r := testenv.StartReplica(t, cfg, Run, nil)
+	ok := testenv.Until(30*time.Second, func() bool {
+		return clickstream.DistinctSources(k.Read("out")) >= 2 && len(k.Read("dlq")) >= 1
+	})
+	select {
+	case <-r.Done():
+		t.Fatalf("the worker stopped: %v", r.Err())
+	default:
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	out, dead := k.Read("out"), k.Read("dlq")
+	if !ok || len(out) != 2 || len(dead) != 1 {
+		t.Fatalf("out %d records, dlq %d; want the 2 small events forwarded and the huge one dead-lettered", len(out), len(dead))
+	}
+	d := dead[0]
+	if record.ParseReason(clickstream.Header(d, record.ReasonHeader)) != record.TooLarge || len(d.Value) != 0 ||
+		clickstream.Header(d, record.SourceHeader) != "in/0/1" || clickstream.Header(d, record.IDHeader) != "" {
+		t.Errorf("dead letter: reason %q, %d bytes of value, source %q, %d bytes of dedupe-id; want too_large, none, in/0/1, none",
+			clickstream.Header(d, record.ReasonHeader), len(d.Value), clickstream.Header(d, record.SourceHeader), len(clickstream.Header(d, record.IDHeader)))
+	}
 }

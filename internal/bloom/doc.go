@@ -115,7 +115,8 @@
 //     call before it writes anything, naming the stages it needs, and
 //     TestAndSet makes them (the same one-maker lock as the maintenance)
 //     or waits while another replica makes them, then calls again. The
-//     wait is bounded by Config.GrowthWait; when it runs out, or a stage
+//     wait is bounded by Config.GrowthWait (plus, for a make the call
+//     started itself, that make's own time-out); when it runs out, or a stage
 //     cannot be made (Redis out of memory), the call fails with
 //     ErrGrowthWait or ErrRedis, having decided nothing, and the worker
 //     retries it, not ready. Refusals and waits are counted

@@ -131,7 +131,9 @@ type Config struct {
 	MinReplicas int
 	// GrowthWait bounds how long a test-and-set waits for a stage its
 	// batch needs and that is not made yet (see Growth in the package
-	// doc); then it fails with ErrGrowthWait, having decided nothing.
+	// doc); then it fails with ErrGrowthWait, having decided nothing. A
+	// make it started itself just before the bound may run past it, by at
+	// most that stage's make time-out (CallTimeout plus 100 ms per MiB).
 	// Default: CallTimeout plus 100 ms per MiB of the largest stage's
 	// shard, what making one may take.
 	GrowthWait time.Duration

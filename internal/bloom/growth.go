@@ -102,7 +102,8 @@ func (f *Filter) makeStage(ctx context.Context, r stageRef) (makeResult, error) 
 	size := f.plan.Stages[r.stage].ShardBits / 8
 	timeout := makeTimeout(f.cfg.CallTimeout, size)
 	cctx, cancel = f.callCtx(ctx)
-	locked, err := f.client.SetNX(cctx, key+":making", 1, timeout).Result()
+	// The lock outlives the SET's own time-out, which starts after it.
+	locked, err := f.client.SetNX(cctx, key+":making", 1, timeout+f.cfg.CallTimeout).Result()
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("%w: locking %s: %w", ErrRedis, key, err)

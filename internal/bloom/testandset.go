@@ -28,8 +28,9 @@ import (
 // A batch whose new elements need the next stage of a growing window
 // when that stage is not made yet is not decided: the call makes the
 // stage, or waits while another replica makes it, and decides the batch
-// then, all within Config.GrowthWait; past that it fails with
-// ErrGrowthWait, having decided and written nothing.
+// then, within Config.GrowthWait (plus the time-out of a make it started
+// itself just before); past that it fails with ErrGrowthWait, having
+// decided and written nothing.
 //
 // On error no verdicts are returned. The batch may have been applied in
 // part or in full; calling again with the same elements returns the

@@ -61,10 +61,10 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 		defer cancel()
 		return r.CommitMessages(cctx, d.last...)
 	}, func(err error, _ time.Duration) error {
-		w.m.errors.WithLabelValues(StepCommit).Inc()
-		if permanent(err) {
+		if permanent(err) { // counted by Run, which stops
 			return w.stageError(StepCommit, w.cfg.Topic, err)
 		}
+		w.m.errors.WithLabelValues(StepCommit).Inc()
 		if tries == 3 {
 			return err
 		}
@@ -116,20 +116,36 @@ func (w *Worker) produce(ctx context.Context, d *buffers, p Producer, step strin
 }
 
 // refusedLetter is the dead letter of a forwarded message its topic
-// refused: the message with its headers (the input's, dedupe-source,
-// dedupe-id), the reason and the broker's answer; without its value when
-// it was too large.
+// refused, made so that the dead-letter topic cannot refuse it for the
+// same reason: stamped now (the original timestamp, which a topic's
+// message.timestamp bounds may refuse, is in dedupe-error), and, when it
+// was too large, without its value and without any key or header larger
+// than refusedPartMax (an ID taken from a huge key or header). It keeps
+// dedupe-source, which says where the original is.
 func refusedLetter(f refusal) kafka.Message {
+	tooLarge := f.Reason == sink.TooLarge
 	h := make([]kafka.Header, 0, len(f.msg.Headers)+2)
-	h = append(h, f.msg.Headers...)
-	h = append(h, kafka.Header{Key: record.ErrorHeader, Value: fmt.Appendf(nil, "the output topic refused it: %v", f.Err)},
+	for _, x := range f.msg.Headers {
+		if !tooLarge || len(x.Key)+len(x.Value) <= refusedPartMax {
+			h = append(h, x)
+		}
+	}
+	h = append(h, kafka.Header{Key: record.ErrorHeader, Value: fmt.Appendf(nil, "the output topic refused it (timestamp %s): %v",
+		f.msg.Time.UTC().Format(time.RFC3339Nano), f.Err)},
 		kafka.Header{Key: record.ReasonHeader, Value: []byte(refusedReason(f.Reason).String())})
-	dl := kafka.Message{Key: f.msg.Key, Value: f.msg.Value, Headers: h, Time: f.msg.Time}
-	if f.Reason == sink.TooLarge {
+	dl := kafka.Message{Key: f.msg.Key, Value: f.msg.Value, Headers: h}
+	if tooLarge {
 		dl.Value = nil
+		if len(dl.Key) > refusedPartMax {
+			dl.Key = nil
+		}
 	}
 	return dl
 }
+
+// refusedPartMax is the largest key or header a too-large dead letter
+// keeps.
+const refusedPartMax = 1 << 10
 
 // refusedReason is the dead-letter reason of a message its topic refused.
 func refusedReason(r sink.Reason) record.Reason {

@@ -63,7 +63,7 @@ func (w *Worker) stageError(step, topic string, err error) *StageError {
 	case errors.Is(err, kafka.ClusterAuthorizationFailed):
 		se.Check = "the broker refused a cluster-level request; the worker needs no right on the cluster, so check which request (the error) and the broker's authorizer"
 	case errors.Is(err, ErrDeadLetterRefused):
-		se.Check = "the dead-letter topic must accept what the output topic does: check its max.message.bytes, cleanup.policy and message.timestamp settings against the output topic's"
+		se.Check = "the dead-letter topic must take any dead letter: cleanup.policy delete (not compact), no message.timestamp bounds, max.message.bytes no smaller than the input topic's"
 	case errors.Is(err, bloom.ErrInvalidElement):
 		se.Check = "the filter refused an element the worker built: a bug, please report it with this line"
 	}

@@ -250,6 +250,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if se, ok := errors.AsType[*StageError](err); ok {
+			w.failed.Store(true)
+			w.m.errors.WithLabelValues(se.Step).Inc()
+		}
 		return err
 	}
 	r := w.newReader(gl)
@@ -287,8 +291,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() {
 		var err error
 		for d := range decidedCh {
-			if err == nil && wctx.Err() == nil { // after a failure, later batches are not delivered out of order
-				err = w.deliver(wctx, r, d)
+			// After a failure, or once the shutdown budget ran out, later
+			// batches are not delivered (out of order, or at all): Run
+			// reports them.
+			if err == nil {
+				if err = wctx.Err(); err == nil {
+					err = w.deliver(wctx, r, d)
+				}
 				if se, ok := errors.AsType[*StageError](err); ok {
 					stop(se)
 				}
@@ -308,7 +317,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			stop(w.stageError(StepFetch, w.cfg.Topic, err))
 			break
 		}
-		if len(batch) > 0 && wctx.Err() == nil {
+		if len(batch) > 0 && wctx.Err() != nil {
+			if !w.failed.Load() && runErr == nil { // the shutdown budget ran out with a batch fetched
+				runErr = wctx.Err()
+			}
+			break
+		}
+		if len(batch) > 0 {
 			if err := w.decide(wctx, b); err != nil {
 				if se, ok := errors.AsType[*StageError](err); ok {
 					stop(se)

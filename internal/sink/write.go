@@ -29,10 +29,14 @@ const writeRounds = 5
 // rounds of retries, after Config.Timeout, or when ctx ends.
 //
 // Until then it retries, itself, only the messages that were not
-// acknowledged: a message the broker acknowledged is never sent again by
+// acknowledged: a message the broker acknowledged is not sent again by
 // Write. A produce request holds one partition's batch and the broker
 // writes it or refuses it whole, so when a write partly fails, the failed
-// partitions' batches are sent again and the others not.
+// partitions' batches are sent again and the others not. One exception:
+// when the deadline or ctx ends while a WriteMessages call is under way,
+// kafka-go answers for the whole call with the context's error, so the
+// messages of that call count as not acknowledged (Unacked), those the
+// broker did acknowledge included, and the caller writes them again.
 //
 // A topic refuses a batch for its content (MESSAGE_TOO_LARGE,
 // RECORD_LIST_TOO_LARGE, INVALID_RECORD, INVALID_TIMESTAMP, CORRUPT_MESSAGE)
