@@ -55,6 +55,9 @@ type options struct {
 	redis      string
 	port       int
 	cpuprofile string
+	// idFrom and idField choose the worker's ID (DEDUPE_ID_FROM,
+	// DEDUPE_ID_FIELD); mode is its DEDUPE_MODE.
+	idFrom, idField, mode string
 }
 
 const (
@@ -75,6 +78,9 @@ func main() {
 	flag.StringVar(&o.brokers, "brokers", "", "internal")
 	flag.StringVar(&o.redis, "redis", "", "internal")
 	flag.IntVar(&o.port, "port", 0, "internal")
+	flag.StringVar(&o.idFrom, "id-from", "json", "where the worker reads the ID: json (the fields of -id-field, the time in ts) or value (a hash of the value, the time from the timestamp)")
+	flag.StringVar(&o.idField, "id-field", "click_id", "with -id-from json: the ID field, or several separated by commas (user,click_id)")
+	flag.StringVar(&o.mode, "mode", "drop", "the worker's mode: drop, or shadow (every event forwarded, duplicates marked)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write CPU profiles of the copy and the worker to this path + .copy and .worker, and allocation profiles + .copy.allocs and .worker.allocs")
 	flag.Parse()
 	if o.cpuprofile != "" && (o.role == "worker" || o.role == "copy") {
@@ -142,6 +148,9 @@ func broker(o options) error {
 }
 
 func orchestrate(o options) error {
+	if _, _, err := idSource(o); err != nil {
+		return err
+	}
 	ctx := context.Background()
 	self, err := os.Executable()
 	if err != nil {
@@ -175,8 +184,8 @@ func orchestrate(o options) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%d click events of %.0f bytes on average, %.0f%% duplicates, %d partitions, batches of %d, linger %v\n",
-		o.n, size, o.dup*100, o.partitions, o.batch, o.linger)
+	fmt.Printf("%d click events of %.0f bytes on average, %.0f%% duplicates, %d partitions, batches of %d, linger %v; the worker's IDs from %s, mode %s\n",
+		o.n, size, o.dup*100, o.partitions, o.batch, o.linger, idDesc(o), o.mode)
 
 	var rows []result
 	for _, role := range []string{"copy", "worker"} {
@@ -203,7 +212,8 @@ func orchestrate(o options) error {
 
 func child(self, role, brokers, redisAddr string, o options) (result, error) {
 	cmd := exec.Command(self, "-role", role, "-brokers", brokers, "-redis", redisAddr, "-n", strconv.Itoa(o.n),
-		"-batch", strconv.Itoa(o.batch), "-linger", o.linger.String(), "-dup", fmt.Sprint(o.dup), "-cpuprofile", o.cpuprofile)
+		"-batch", strconv.Itoa(o.batch), "-linger", o.linger.String(), "-dup", fmt.Sprint(o.dup), "-cpuprofile", o.cpuprofile,
+		"-id-from", o.idFrom, "-id-field", o.idField, "-mode", o.mode)
 	cmd.Stderr = os.Stderr
 	outb, err := cmd.Output()
 	if err != nil {
@@ -343,11 +353,11 @@ func worker(o options) (result, error) {
 	}
 	reg := prometheus.NewRegistry()
 	m := consumer.NewMetrics(reg, "bench")
-	src, err := config.ParseIDSource("json", "click_id", "")
+	src, timeField, err := idSource(o)
 	if err != nil {
 		return result{}, err
 	}
-	ex, err := consumer.NewExtractor(src, "ts", "")
+	ex, err := consumer.NewExtractor(src, timeField, "")
 	if err != nil {
 		return result{}, err
 	}
@@ -356,7 +366,7 @@ func worker(o options) (result, error) {
 	defer out.Close()
 	defer dlq.Close()
 	w, err := consumer.New(consumer.Config{Brokers: []string{o.brokers}, Topic: inTopic, GroupID: "dedupe-bench",
-		BatchSize: o.batch, BatchLinger: o.linger, Extractor: ex, Metrics: m, Logger: zap.NewNop()}, f, out, dlq)
+		BatchSize: o.batch, BatchLinger: o.linger, Extractor: ex, Metrics: m, Logger: zap.NewNop(), Shadow: o.mode == config.ModeShadow}, f, out, dlq)
 	if err != nil {
 		return result{}, err
 	}
@@ -386,6 +396,30 @@ func worker(o options) (result, error) {
 		}
 	}
 	return res, nil
+}
+
+// idSource is the worker's ID source and JSON time field for o.
+func idSource(o options) (config.IDSource, string, error) {
+	if o.mode != config.ModeDrop && o.mode != config.ModeShadow {
+		return config.IDSource{}, "", fmt.Errorf("-mode %q: want drop or shadow", o.mode)
+	}
+	switch o.idFrom {
+	case "json":
+		src, err := config.ParseIDSource("json", o.idField, "")
+		return src, "ts", err
+	case "value":
+		src, err := config.ParseIDSource("value", "", "")
+		return src, "", err
+	}
+	return config.IDSource{}, "", fmt.Errorf("-id-from %q: want json or value (the events' keys are not their IDs)", o.idFrom)
+}
+
+func idDesc(o options) string {
+	src, _, err := idSource(o)
+	if err != nil {
+		return err.Error()
+	}
+	return src.String()
 }
 
 func counter(reg *prometheus.Registry, name string) float64 {
