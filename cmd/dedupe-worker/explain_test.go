@@ -19,24 +19,7 @@ import (
 // explain, with the worker's own variables, tells a seen ID from a new
 // one and gives each offset its recorded verdict.
 func TestExplainCommand(t *testing.T) {
-	srv := testenv.Redis(t)
-	for _, kv := range workerVars("127.0.0.1:9", srv.Addr, ":0") {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
-	cfg, err := config.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := app.NewRedis(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	f, err := app.NewFilter(cfg, rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := explainFilter(t)
 	now := testenv.Now()
 	src := func(off int64) bloom.Source { return bloom.Source{Topic: "in", Partition: 3, Offset: off} }
 	v, err := f.TestAndSet(t.Context(), []bloom.Element{{ID: []byte("click-1"), Time: now, Source: src(0)}, {ID: []byte("click-1"), Time: now, Source: src(1)}})
@@ -84,24 +67,7 @@ func TestExplainCommand(t *testing.T) {
 // event whose ID is its hash; and says what shadow mode does with a
 // duplicate.
 func TestExplainIDSources(t *testing.T) {
-	srv := testenv.Redis(t)
-	for _, kv := range workerVars("127.0.0.1:9", srv.Addr, ":0") {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
-	cfg, err := config.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := app.NewRedis(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	f, err := app.NewFilter(cfg, rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := explainFilter(t)
 	now := testenv.Now()
 	value := []byte{0x00, 0x00, 0x00, 0x01, 0x2c, 0x02, 0xff}
 	key := []byte{0x00, 0x00, 0x00, 0x01, 0x2c, 'k'}
@@ -156,4 +122,29 @@ func TestExplainIDSources(t *testing.T) {
 			}
 		})
 	}
+}
+
+// explainFilter sets the worker's variables for a Redis of the test's own
+// (as explain reads them) and returns the pipeline's filter on it.
+func explainFilter(t *testing.T) *bloom.Filter {
+	t.Helper()
+	srv := testenv.Redis(t)
+	for _, kv := range workerVars("127.0.0.1:9", srv.Addr, ":0") {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	cfg, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := app.NewRedis(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rc.Close() })
+	f, err := app.NewFilter(cfg, rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

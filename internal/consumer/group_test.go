@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -125,16 +124,7 @@ func newGroupRig(t *testing.T) *groupRig {
 }
 
 // request sends one request of the test's own with a deadline.
-func (r *groupRig) request(req kmsg.Request) kmsg.Response {
-	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := r.cl.Request(ctx, req)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return resp
-}
+func (r *groupRig) request(req kmsg.Request) kmsg.Response { return request(r.t, r.cl, req) }
 
 // deadMember makes the group's first member: it joins with a session
 // timeout of a minute, becomes leader, syncs, and then sends nothing more

@@ -110,15 +110,17 @@ func (r *startRig) commit(group string, partition int32, offset int64) {
 	}
 }
 
-// request sends one request of the test's own, with a deadline, and fails
-// the test if it gets no answer.
-func (r *startRig) request(req kmsg.Request) kmsg.Response {
-	r.t.Helper()
+func (r *startRig) request(req kmsg.Request) kmsg.Response { return request(r.t, r.cl, req) }
+
+// request sends one request of the test's own with cl, with a deadline,
+// and fails the test if it gets no answer.
+func request(t testing.TB, cl *kgo.Client, req kmsg.Request) kmsg.Response {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := r.cl.Request(ctx, req)
+	resp, err := cl.Request(ctx, req)
 	if err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return resp
 }
