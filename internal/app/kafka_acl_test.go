@@ -440,6 +440,11 @@ func TestRunWithoutEachKafkaRight(t *testing.T) {
 			if want := "needs " + missing.String(); !strings.Contains(err.Error(), want) {
 				t.Errorf("Run returned %q; want it to say %q", err, want)
 			}
+			// Without a Read right the reader never joins the group: the
+			// worker must never have answered ready.
+			if missing.Op == "Read" && wasReady {
+				t.Errorf("without %v the worker answered ready before it stopped", missing)
+			}
 			// What the missing right guards got nothing.
 			guarded := []string{cfg.OutputTopic, cfg.DLQTopic}
 			if missing.Op == "Write" {

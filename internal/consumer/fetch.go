@@ -59,6 +59,7 @@ func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafk
 		}
 		errs = 0
 		w.fetching.Store(true)
+		w.joined.Store(true) // a message is proof of membership
 		now := time.Now()
 		if len(batch) == 0 {
 			linger = time.AfterFunc(w.cfg.BatchLinger, cancel)

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -138,3 +139,28 @@ func GroupTimingsFor(session time.Duration) GroupTimings {
 		JoinBackoff: joinBackoff,
 	}
 }
+
+// watchJoin sets joined once r has joined its group (its first
+// generation), looking every joinPoll until then or until ctx ends; a
+// message fetched sets it at once (fetch). Until
+// then the worker is not ready: a refused group or topic right shows only
+// after kafka-go's own attempts at joining, seconds later. It reads
+// Reader.Stats, which resets its counters; nothing else reads them.
+func (w *Worker) watchJoin(ctx context.Context, r *kafka.Reader) {
+	t := time.NewTicker(joinPoll)
+	defer t.Stop()
+	for {
+		if w.joined.Load() || r.Stats().Rebalances > 0 {
+			w.joined.Store(true)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// joinPoll is how often watchJoin looks.
+const joinPoll = 50 * time.Millisecond

@@ -175,6 +175,8 @@ type Worker struct {
 	fetching, deciding, delivering atomic.Bool
 	// failed is set when a stage failed for good (a *StageError).
 	failed atomic.Bool
+	// joined is set once the reader has joined the group (watchJoin).
+	joined atomic.Bool
 	bufs   sync.Pool // of *buffers
 	// kafkaLog logs what kafka-go reports, sampled (see Sampled).
 	kafkaLog *zap.Logger
@@ -207,10 +209,10 @@ func New(cfg Config, filter Filter, out, dlq Producer) (*Worker, error) {
 }
 
 // Ready reports whether the worker can make progress: false before Run
-// starts, while Redis or Kafka calls are failing, and from a failure that
-// stops it on. An idle worker (no messages to read) is ready.
+// starts and its reader first joins the group, while Redis or Kafka calls
+// are failing, and from a failure that stops it on. An idle worker (no messages to read) is ready.
 func (w *Worker) Ready() bool {
-	return w.running.Load() && !w.failed.Load() && w.fetching.Load() && w.deciding.Load() && w.delivering.Load()
+	return w.running.Load() && w.joined.Load() && !w.failed.Load() && w.fetching.Load() && w.deciding.Load() && w.delivering.Load()
 }
 
 // Run consumes until ctx is cancelled, then stops fetching, finishes the
@@ -267,6 +269,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer wcancel()
 	fctx, fcancel := context.WithCancel(ctx)
 	defer fcancel()
+	joinDone := make(chan struct{})
+	go func() { defer close(joinDone); w.watchJoin(fctx, r) }()
+	defer func() { fcancel(); <-joinDone }()
 	var (
 		failOnce sync.Once
 		failure  *StageError // set once, before wctx ends
