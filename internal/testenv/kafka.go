@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -98,13 +99,6 @@ func (k *Kafka) Read(topic string) []*kgo.Record {
 // any host, as for kfake.User.
 func (k *Kafka) AddACL(a kfake.ACL) {
 	k.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(k.ClientOptions()...)
-	if err != nil {
-		k.t.Fatal(err)
-	}
-	defer cl.Close()
 	c := kmsg.NewCreateACLsRequestCreation()
 	c.Principal, c.Host = a.Principal, a.Host
 	if c.Host == "" {
@@ -117,11 +111,11 @@ func (k *Kafka) AddACL(a kfake.ACL) {
 	}
 	req := kmsg.NewPtrCreateACLsRequest()
 	req.Creations = append(req.Creations, c)
-	resp, err := req.RequestWith(ctx, cl)
-	if err == nil && len(resp.Results) != 1 {
+	resp := k.request(fmt.Sprintf("adding the ACL %+v", a), req).(*kmsg.CreateACLsResponse)
+	var err error
+	if len(resp.Results) != 1 {
 		err = errors.New("no result for the creation")
-	}
-	if err == nil {
+	} else {
 		err = kerr.ErrorForCode(resp.Results[0].ErrorCode)
 	}
 	if err != nil {

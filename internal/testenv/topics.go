@@ -11,14 +11,9 @@ import (
 
 // CreateTopic creates topic with partitions and topic configs (for
 // example max.message.bytes, which the broker then enforces on every
-// batch), and fails the test if the broker does not within 10 s.
+// batch), and fails the test if the broker does not within 30 s.
 func (k *Kafka) CreateTopic(topic string, partitions int32, configs map[string]string) {
 	k.t.Helper()
-	cl, err := kgo.NewClient(k.ClientOptions()...)
-	if err != nil {
-		k.t.Fatal(err)
-	}
-	defer cl.Close()
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
 	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, 1
@@ -28,12 +23,7 @@ func (k *Kafka) CreateTopic(topic string, partitions int32, configs map[string]s
 		rt.Configs = append(rt.Configs, c)
 	}
 	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		k.t.Fatalf("creating %s: %v", topic, err)
-	}
+	resp := k.request("creating "+topic, req).(*kmsg.CreateTopicsResponse)
 	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
 		k.t.Fatalf("creating %s: %v", topic, err)
 	}
@@ -41,14 +31,9 @@ func (k *Kafka) CreateTopic(topic string, partitions int32, configs map[string]s
 
 // SetTopicConfig sets one config of topic (IncrementalAlterConfigs), for
 // example a smaller max.message.bytes, and fails the test if the broker
-// does not within 10 s.
+// does not within 30 s.
 func (k *Kafka) SetTopicConfig(topic, name, value string) {
 	k.t.Helper()
-	cl, err := kgo.NewClient(k.ClientOptions()...)
-	if err != nil {
-		k.t.Fatal(err)
-	}
-	defer cl.Close()
 	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	res := kmsg.NewIncrementalAlterConfigsRequestResource()
 	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, topic
@@ -56,13 +41,27 @@ func (k *Kafka) SetTopicConfig(topic, name, value string) {
 	c.Name, c.Op, c.Value = name, kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr(value)
 	res.Configs = append(res.Configs, c)
 	req.Resources = append(req.Resources, res)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		k.t.Fatalf("setting %s of %s: %v", name, topic, err)
-	}
+	resp := k.request("setting "+name+" of "+topic, req).(*kmsg.IncrementalAlterConfigsResponse)
 	if err := kerr.ErrorForCode(resp.Resources[0].ErrorCode); err != nil {
 		k.t.Fatalf("setting %s of %s: %v", name, topic, err)
 	}
+}
+
+// request sends req, one request of the test's own, with a client of the
+// test's (the options of ClientOptions) and a deadline of 30 s, and fails
+// the test, saying what was being done, if it gets no answer.
+func (k *Kafka) request(what string, req kmsg.Request) kmsg.Response {
+	k.t.Helper()
+	cl, err := kgo.NewClient(k.ClientOptions()...)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := cl.Request(ctx, req)
+	if err != nil {
+		k.t.Fatalf("%s: %v", what, err)
+	}
+	return resp
 }
