@@ -80,19 +80,6 @@ func (s *Server) argv(port string) []string {
 	return append(argv, s.args...)
 }
 
-// StartClusterWith is StartCluster for nodes that make clients log in, or
-// speak TLS only, or both; with TLS the cluster bus and replication use
-// TLS too, and with a user the replicas log in to their masters as it.
-func StartClusterWith(ctx context.Context, dir string, masters, replicas int, o Options, args ...string) (*Cluster, error) {
-	if o.TLS != nil {
-		args = append([]string{"--tls-cluster", "yes", "--tls-replication", "yes"}, args...)
-	}
-	if o.User != "" {
-		args = append([]string{"--masteruser", o.User, "--masterauth", o.Password}, args...)
-	}
-	return startCluster(ctx, dir, masters, replicas, o, args)
-}
-
 // ClusterOptions are options for a cluster client of c: the seeds, and
 // the user, password and TLS configuration the nodes were started with.
 func (c *Cluster) ClusterOptions() *redis.ClusterOptions {
