@@ -1,6 +1,7 @@
-// Package demo runs the whole pipeline on one machine (the demo command),
-// and holds the load generator and the downstream counter that a
-// docker-compose setup runs beside real workers (generate and count).
+// Package demo runs the whole pipeline on one machine (the demo command):
+// a Kafka-protocol broker, redis-server, two worker replicas, a click
+// generator with a known ground truth, and a verifier that reports what
+// became of every event.
 package demo
 
 import (
@@ -9,14 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
@@ -26,7 +25,6 @@ import (
 	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clickstream"
-	"dedupe-worker/internal/consumer"
 	"dedupe-worker/internal/redisproc"
 )
 
@@ -49,236 +47,13 @@ var ErrNoRedis = errors.New("redis-server is not on the PATH: install the Debian
 // ErrInvalidOptions wraps the errors of options out of range.
 var ErrInvalidOptions = errors.New("invalid option")
 
-// Options configure a demo run.
-type Options struct {
-	N        int           // events to produce
-	Dup, Bad float64       // shares of repeated and malformed events
-	Window   time.Duration // deduplication window
-	// Behind stamps the events this long before the clock, as a backlog
-	// read after an outage; MaxLag is the workers' lag bound (default 1h).
-	Behind, MaxLag time.Duration
-	// MaxGrowth is how far a window may grow past Expected (default 64).
-	MaxGrowth float64
-	P         float64 // target false-positive rate
-	// Expected is the filter's capacity: distinct IDs per window. 0 sizes
-	// it for the distinct IDs the run is expected to have, so the filter
-	// ends the run at its planned load and rate.
-	Expected int64
-	Seed     uint64
-	// IDFrom is where the workers read the ID (DEDUPE_ID_FROM): json (the
-	// default: the click_id field, the time in ts), key, header or value.
-	// With the last three the event time is in the header TimeHeader, the
-	// ID in the key or the header IDHeader, and a malformed event is one
-	// without them (for value: with an empty value).
-	IDFrom string
-	// Mode is the workers' DEDUPE_MODE: drop (the default) or shadow.
-	Mode string
-	// Progress receives the live progress line (nil: none) and, with
-	// Verbose, the workers' log.
-	Progress io.Writer
-	// Terminal rewrites the progress line in place instead of adding one
-	// every two seconds.
-	Terminal bool
-	Verbose  bool
-}
-
-func (o *Options) setDefaults() {
-	d := config.Defaults()
-	if o.Expected == 0 {
-		o.Expected = max(1, int64(math.Ceil(float64(o.N)*(1-o.Dup-o.Bad))))
-	}
-	if o.Seed == 0 {
-		o.Seed = 1
-	}
-	if o.Window == 0 {
-		o.Window = d.Window
-	}
-	if o.P == 0 {
-		o.P = d.FalsePositiveRate
-	}
-	if o.MaxLag == 0 {
-		o.MaxLag = d.MaxLag
-	}
-	if o.MaxGrowth == 0 {
-		o.MaxGrowth = d.MaxGrowth
-	}
-	if o.IDFrom == "" {
-		o.IDFrom = d.IDFrom
-	}
-	if o.Mode == "" {
-		o.Mode = d.Mode
-	}
-}
-
-// validate checks the options of the demo itself; those it hands to the
-// workers are checked by config.Validate, as any worker's are, and named
-// by their flags (flagOf).
-func (o Options) validate() error {
-	switch {
-	case o.N < 1 || o.N > 10_000_000:
-		return fmt.Errorf("-n %d: want 1 to 10000000 events", o.N)
-	case !(o.Dup >= 0 && o.Dup < 1), !(o.Bad >= 0 && o.Bad < 1), o.Dup+o.Bad >= 1:
-		return fmt.Errorf("-dup %g, -bad %g: want shares from 0 to below 1, together below 1", o.Dup, o.Bad)
-	case o.Behind < 0 || o.Behind > 744*time.Hour:
-		return fmt.Errorf("-behind %v: want 0 to 744h", o.Behind)
-	}
-	err := workerConfig(o, []string{"127.0.0.1:9092"}, "127.0.0.1:6379", ":0").Validate()
-	if ve := (*config.VarError)(nil); errors.As(err, &ve) && flagOf[ve.Var] != "" {
-		return fmt.Errorf("%s: %s", flagOf[ve.Var], ve.Msg)
-	}
-	return err
-}
-
-// flagOf names the demo flag that sets each worker variable.
-var flagOf = map[string]string{"WINDOW": "-window", "MAX_LAG": "-max-lag", "FALSE_POSITIVE_RATE": "-p",
-	"EXPECTED_PER_WINDOW": "-expected", "MAX_GROWTH": "-max-growth", "ID_FROM": "-id-from", "MODE": "-mode"}
-
-// partitionsFor is the input's partition count: 8, or more so that no
-// partition holds more events than the decision records the verifier
-// reads reach back (65,536 offsets), with room for an uneven spread.
-func partitionsFor(n int) int32 {
-	return int32(max(8, (n+49_999)/50_000))
-}
-
-// Result is what a demo run found.
-type Result struct {
-	Options    Options
-	Plan       bloom.Plan
-	Partitions int32
-	Elapsed    time.Duration // from the first event produced to the last committed
-
-	Events, Valid, Distinct, Malformed int
-	// ForwardedSources are the output records distinct by dedupe-source;
-	// OutRecords all of them; Replays the difference.
-	ForwardedSources, OutRecords, Replays int
-	// Dropped are the valid events not forwarded: repeats of an ID, and
-	// the first copies taken for repeats (false positives).
-	Dropped      int
-	DeadLettered int            // dead letters distinct by dedupe-source
-	DeadReasons  map[string]int // by reason
-	// Lost are distinct valid IDs never forwarded although a copy was
-	// decided first seen; Unclassified those whose decisions cannot be
-	// read. Both must be 0.
-	Lost, Unclassified int
-	// FalsePositives are distinct valid IDs never forwarded because every
-	// copy was decided a duplicate: the first test was a false positive.
-	FalsePositives int
-	// FalsePositivesByCounters is the same from the workers' counters:
-	// duplicate verdicts less the repeats in the input.
-	FalsePositivesByCounters  int
-	ExpectedFP, ExpectedFPVar float64
-	// RecordedFirst and RecordedDup are the decisions the Redis decision
-	// records hold for the valid events; RecordsAgree that the first-seen
-	// ones match the output.
-	RecordedFirst, RecordedDup int
-	RecordsAgree               bool
-	Check                      clickstream.Report
-
-	// FilterKeyBytes is MEMORY USAGE summed over the filter keys of the
-	// buckets the run's IDs fell in (FilterKeys of them: every stage in
-	// use and those before it).
-	FilterKeyBytes int64
-	FilterKeys     int
-	// PlannedKeyBytes is what the plan gives for those keys.
-	PlannedKeyBytes int64
-	// UsedMemoryGrowth is INFO memory used_memory at the end less before
-	// the workers started.
-	UsedMemoryGrowth int64
-	// Fill, EstElements and EstFPR are the filter's own statistics for the
-	// newest bucket holding IDs (bloom.Filter.Stats).
-	Fill, EstElements, EstFPR float64
-	// Stages the newest window grew into; Overfilled and TestOnly from its
-	// growth records.
-	Stages               int
-	Overfilled, TestOnly int64
-	// StagesMade are the stages the replicas made; Refused the
-	// test-and-set calls refused for a stage not made yet; Waits the
-	// batches that waited for one, WaitTotal how long in all, and
-	// LongestWait the upper bound of the histogram bucket of the longest
-	// (the replicas' dedupe_filter_growth_wait_seconds).
-	StagesMade, Refused, Waits int
-	WaitTotal, LongestWait     time.Duration
-
-	// IDSource says where the workers read the IDs; Shadow is what the
-	// verifier found of the marks in shadow mode.
-	IDSource config.IDSource
-	Shadow   ShadowCheck
-
-	PerReplica   []float64 // events decided by each replica
-	Verdicts     map[string]float64
-	LogLines     int
-	WorkerErrors []error
-	Log          string // the workers' warnings and errors
-}
-
-// OK reports whether the verifier found nothing lost or mangled.
-func (r *Result) OK() bool { return len(r.problems()) == 0 }
-
-// EventsPerSecond is the run's throughput.
-func (r *Result) EventsPerSecond() float64 { return float64(r.Events) / r.Elapsed.Seconds() }
-
-// workerConfig is one replica's configuration, as DEDUPE_* variables would
-// give it.
-func workerConfig(o Options, brokers []string, redisAddr, httpAddr string) config.Config {
-	c := config.Defaults()
-	c.Pipeline, c.KafkaBrokers, c.InputTopic, c.OutputTopic, c.DLQTopic = "demo", brokers, InputTopic, OutputTopic, DLQTopic
-	c.GroupID, c.RedisAddrs = Group, []string{redisAddr}
-	c.IDFrom, c.Mode = o.IDFrom, o.Mode
-	switch o.IDFrom {
-	case "json":
-		c.IDField, c.TimeField = "click_id", "ts"
-	case "header":
-		c.IDHeader, c.TimeHeader = IDHeader, TimeHeader
-	default:
-		c.TimeHeader = TimeHeader
-	}
-	c.Window, c.MaxLag, c.MaxGrowth, c.ExpectedPerWindow, c.FalsePositiveRate = o.Window, o.MaxLag, o.MaxGrowth, o.Expected, o.P
-	c.HTTPAddr, c.LogLevel = httpAddr, "warn"
-	// A replica stopped by the demo hands its partitions over sooner.
-	c.KafkaSessionTimeout, c.ShutdownTimeout = 3*time.Second, 10*time.Second
-	return c
-}
-
-// record is the input record of click event e for the run's ID source,
-// and e as the ground truth knows it: its ID is the one the workers make,
-// and a malformed event's value the one its dead letter carries.
-func (o Options) record(e clickstream.Event) (*kgo.Record, clickstream.Event) {
-	if o.IDFrom == "json" {
-		return &kgo.Record{Key: e.Key, Value: e.Value}, e
-	}
-	r := &kgo.Record{Key: e.Key, Value: e.Value,
-		Headers: []kgo.RecordHeader{{Key: TimeHeader, Value: strconv.AppendInt(nil, e.Time.UnixMilli(), 10)}}}
-	valid := e.ID != ""
-	switch o.IDFrom {
-	case "key":
-		// A malformed event has no key.
-		r.Key = nil
-		if valid {
-			r.Key = []byte(e.ID)
-		}
-	case "header":
-		if valid {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: IDHeader, Value: []byte(e.ID)})
-		}
-	case "value":
-		// A malformed event has an empty value; any other value is valid,
-		// and its ID is its hash.
-		if valid {
-			e.ID = string(consumer.AppendValueID(nil, e.Value))
-		} else {
-			r.Value, e.Value = nil, nil
-		}
-	}
-	return r, e
-}
-
+// freeAddr is a loopback address whose port was free a moment ago.
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := redisproc.FreePort()
 	if err != nil {
-		return "", fmt.Errorf("finding a free port: %w", err)
+		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 // logBuffer keeps the first 256 kB of the workers' log and counts its
@@ -503,178 +278,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return res, err
 	}
 
-	// The verdict. In shadow mode every valid event is forwarded, and the
-	// ones marked first are what drop mode would have forwarded: they are
-	// checked as drop mode's output is.
-	res.Events, res.Valid, res.Distinct, res.Malformed = tr.Total, tr.valid, len(tr.ids), tr.Truth.Malformed
-	if o.Mode == config.ModeShadow {
-		res.Shadow = checkShadow(tr, out, decided)
-		out = res.Shadow.first
-	}
-	res.Check = clickstream.Check(tr.Truth, out, dead)
-	res.OutRecords, res.Replays = res.Check.OutRecords, res.Check.Replays
-	res.ForwardedSources = res.OutRecords - res.Replays
-	res.Dropped = res.Valid - res.ForwardedSources
-	res.DeadReasons = deadReasons(dead)
-	for _, n := range res.DeadReasons {
-		res.DeadLettered += n
-	}
-	f := classify(tr, out, decided)
-	res.Lost, res.Unclassified, res.FalsePositives = f.lost, f.unclassified, f.falsePositives
-	res.RecordedFirst, res.RecordedDup = f.recordedFirst, f.recordedDup
-	res.RecordsAgree = f.recordedNone == 0 && f.recordedFirst == res.ForwardedSources
-	perBucket := map[int64]int{}
-	w := bloom.Windows{Length: o.Window, Mode: bloom.Rolling}
-	for _, ms := range tr.idTime {
-		perBucket[w.Bucket(time.UnixMilli(ms))]++
-	}
-	res.ExpectedFP, res.ExpectedFPVar = expectedFalsePositives(plan, true, perBucket)
-	res.Verdicts = final.total.verdicts
-	res.FalsePositivesByCounters = int(final.total.verdicts["duplicate"]) - (res.Valid - res.Distinct)
-	for _, c := range final.each {
-		res.PerReplica = append(res.PerReplica, c.decided())
-	}
-	g := final.total
-	res.StagesMade, res.Refused, res.Waits = int(g.stagesMade), int(g.refused), int(g.waits)
-	res.WaitTotal, res.LongestWait = time.Duration(g.waitSeconds*float64(time.Second)), g.longestWait()
+	judge(res, tr, out, dead, decided, final)
 	return res, nil
-}
-
-// waitForGroup waits until both replicas are members of the group and it
-// is stable, so that they share the partitions from the first event.
-func waitForGroup(ctx context.Context, cl *kgo.Client, early func() error) error {
-	deadline := time.Now().Add(60 * time.Second)
-	var last string
-	for {
-		if err := early(); err != nil {
-			return err
-		}
-		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		state, members, err := groupState(gctx, cl, Group)
-		cancel()
-		if err == nil && state == "Stable" && members == Replicas {
-			return nil
-		}
-		if err != nil {
-			last = err.Error()
-		} else {
-			last = fmt.Sprintf("state %s, %d members", state, members)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the replicas did not form group %s within 60s: %s", Group, last)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// waitCommitted waits until the group's committed offsets reach ends,
-// failing after a minute without progress.
-func waitCommitted(ctx context.Context, cl *kgo.Client, partitions int32, ends map[int32]int64, early func() error) error {
-	var want int64
-	for _, e := range ends {
-		want += e
-	}
-	var best int64 = -1
-	lastMove := time.Now()
-	for {
-		if err := early(); err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		got, err := clickstream.Committed(cctx, cl, Group, InputTopic, partitions)
-		cancel()
-		if err == nil {
-			var sum int64
-			done := true
-			for p, e := range ends {
-				sum += min(got[p], e)
-				if got[p] < e {
-					done = false
-				}
-			}
-			if done {
-				return nil
-			}
-			if sum > best {
-				best, lastMove = sum, time.Now()
-			}
-		}
-		if time.Since(lastMove) > time.Minute {
-			return fmt.Errorf("the replicas committed nothing for a minute: %d of %d offsets committed (last error: %v)", max(best, 0), want, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// redisFacts fills in the memory and the filter statistics.
-func redisFacts(ctx context.Context, rc redis.UniversalClient, f *bloom.Filter, o Options, tr *truth, res *Result, memBefore int64) error {
-	memAfter, err := usedMemory(ctx, rc)
-	if err != nil {
-		return err
-	}
-	res.UsedMemoryGrowth = memAfter - memBefore
-	w := bloom.Windows{Length: o.Window, Mode: bloom.Rolling}
-	buckets := map[int64]bool{}
-	var newest int64
-	for _, ms := range tr.idTime {
-		b := w.Bucket(time.UnixMilli(ms))
-		buckets[b] = true
-		newest = max(newest, b)
-	}
-	shards := f.Plan().Shards
-	for b := range buckets {
-		// The stages each shard inserts into and those before it: the
-		// keys holding the run's IDs (a stage made ahead holds none).
-		st, err := f.Stats(ctx, w.Start(b))
-		if err != nil {
-			return err
-		}
-		for _, x := range st[:min(shards, len(st))] {
-			for stage := range max(x.Stages, 1) {
-				n, err := rc.MemoryUsage(ctx, f.StageKey(x.Shard, b, stage)).Result()
-				if errors.Is(err, redis.Nil) {
-					continue // expired already: a window shorter than the run
-				}
-				if err != nil {
-					return fmt.Errorf("MEMORY USAGE: %w", err)
-				}
-				res.FilterKeyBytes += n
-				res.FilterKeys++
-				res.PlannedKeyBytes += int64(f.Plan().Stages[stage].Memory) / int64(shards)
-			}
-		}
-	}
-	// The newest bucket's shards come first.
-	st, err := f.Stats(ctx, w.Start(newest))
-	if err != nil {
-		return err
-	}
-	var set, all uint64
-	for _, x := range st[:min(shards, len(st))] {
-		res.Stages = max(res.Stages, x.Stages)
-		res.Overfilled += x.Overfilled
-		res.TestOnly += x.TestOnly
-		set += x.BitsSet
-		all += x.Bits
-		res.EstElements += x.Elements
-		res.EstFPR += x.FPR / float64(shards)
-	}
-	if all > 0 {
-		res.Fill = float64(set) / float64(all)
-	}
-	return nil
-}
-
-func usedMemory(ctx context.Context, rc redis.UniversalClient) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	return redisproc.UsedMemory(ctx, rc)
 }

@@ -3,9 +3,11 @@ package demo
 import (
 	"math"
 	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"dedupe-worker/config"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/record"
@@ -62,6 +64,52 @@ func (t *truth) elements(topic string) (elems []bloom.Element, idx []int) {
 		idx = append(idx, i)
 	}
 	return elems, idx
+}
+
+// perBucket counts the distinct valid IDs by the bucket of a rolling
+// window of this length that their event time falls in.
+func (t *truth) perBucket(window time.Duration) map[int64]int {
+	w := bloom.Windows{Length: window, Mode: bloom.Rolling}
+	n := map[int64]int{}
+	for _, ms := range t.idTime {
+		n[w.Bucket(time.UnixMilli(ms))]++
+	}
+	return n
+}
+
+// judge fills in res what the verifier found: the output and dead letters
+// read back (out, dead) against the truth and the decision records
+// (decided[i] for tr.inputs[i]), and the replicas' last counters (final).
+func judge(res *Result, tr *truth, out, dead []*kgo.Record, decided []bloom.Recorded, final snapshot) {
+	// In shadow mode every valid event is forwarded, and the ones marked
+	// first are what drop mode would have forwarded: they are checked as
+	// drop mode's output is.
+	res.Events, res.Valid, res.Distinct, res.Malformed = tr.Total, tr.valid, len(tr.ids), tr.Truth.Malformed
+	if res.Options.Mode == config.ModeShadow {
+		res.Shadow = checkShadow(tr, out, decided)
+		out = res.Shadow.first
+	}
+	res.Check = clickstream.Check(tr.Truth, out, dead)
+	res.OutRecords, res.Replays = res.Check.OutRecords, res.Check.Replays
+	res.ForwardedSources = res.OutRecords - res.Replays
+	res.Dropped = res.Valid - res.ForwardedSources
+	res.DeadReasons = deadReasons(dead)
+	for _, n := range res.DeadReasons {
+		res.DeadLettered += n
+	}
+	f := classify(tr, out, decided)
+	res.Lost, res.Unclassified, res.FalsePositives = f.lost, f.unclassified, f.falsePositives
+	res.RecordedFirst, res.RecordedDup = f.recordedFirst, f.recordedDup
+	res.RecordsAgree = f.recordedNone == 0 && f.recordedFirst == res.ForwardedSources
+	res.ExpectedFP, res.ExpectedFPVar = expectedFalsePositives(res.Plan, true, tr.perBucket(res.Options.Window))
+	res.Verdicts = final.total.verdicts
+	res.FalsePositivesByCounters = int(final.total.verdicts["duplicate"]) - (res.Valid - res.Distinct)
+	for _, c := range final.each {
+		res.PerReplica = append(res.PerReplica, c.decided())
+	}
+	g := final.total
+	res.StagesMade, res.Refused, res.Waits = int(g.stagesMade), int(g.refused), int(g.waits)
+	res.WaitTotal, res.LongestWait = time.Duration(g.waitSeconds*float64(time.Second)), g.longestWait()
 }
 
 // fates is what became of the valid IDs.
