@@ -27,8 +27,8 @@
 -- A bucket's growth record is a hash: k, the stage inserts go to (0 when
 -- absent); n, the elements inserted into it; c, new elements not
 -- inserted because the last stage was full (test-only, the price of the
--- cap); o, elements inserted past a stage's capacity, which only versions
--- before this one did (they overfilled while the next stage was missing);
+-- cap); o, elements inserted past a stage's capacity (this script refuses
+-- the call instead: only a replica of an older version adds to it);
 -- a, the elements inserted into all stages; t and s, the server time (ms)
 -- and a at the last rate sample; r, the elements inserted per second
 -- between the last two samples; w, the stage asked for ahead; x, the
@@ -58,9 +58,9 @@ local parts = cmsgpack.unpack(ARGV[3])
 local el = cmsgpack.unpack(ARGV[4])
 local wordOffs = cmsgpack.unpack(ARGV[5])
 local W = tonumber(ARGV[6])
-local buckets = cmsgpack.unpack(ARGV[7])
+local groupTab = cmsgpack.unpack(ARGV[7])
 local stageTab = cmsgpack.unpack(ARGV[8])
-local btab = cmsgpack.unpack(ARGV[9])
+local bucketTab = cmsgpack.unpack(ARGV[9])
 local S = stageTab[1]
 local capOf, nwOf, leadOf = {}, {}, {}
 for i = 0, S - 1 do capOf[i] = stageTab[2 + i] end
@@ -72,7 +72,7 @@ end
 -- The fill rate is sampled at most this often (ms): often enough to see a
 -- spike begin, seldom enough that a few batches do not make the sample.
 local RATE_MS = 250
-local BT = S + 1 -- entries per bucket in btab
+local PER_BUCKET = S + 1 -- entries per bucket in bucketTab
 
 local band, bor, fmt = bit.band, bit.bor, string.format
 local HALF = 67108864 -- 2^26
@@ -127,6 +127,12 @@ local function getWords(key, st, xs, n, j1, j2)
 	return bitfield(key, args, m, 3)
 end
 
+-- growthRecordOf is the key index of a bucket's growth record (0 when S
+-- is 1), stageKey the key index of its stage st; ref numbers the bucket
+-- in bucketTab.
+local function growthRecordOf(ref) return bucketTab[PER_BUCKET * (ref - 1) + 1] end
+local function stageKey(ref, st) return bucketTab[PER_BUCKET * (ref - 1) + 2 + st] end
+
 -- Buckets' growth records, read once per call: ref -> the fields above.
 local grown = {}
 local FIELDS = { 'k', 'n', 'o', 'c', 'a', 't', 's', 'r', 'w', 'x' }
@@ -134,13 +140,12 @@ local function growth(ref)
 	local st = grown[ref]
 	if st then return st end
 	st = { dirty = false }
-	local meta = btab[BT * (ref - 1) + 1]
+	local meta = growthRecordOf(ref)
 	local r = meta > 0 and redis.call('HMGET', KEYS[meta], unpack(FIELDS)) or {}
 	for i = 1, #FIELDS do st[FIELDS[i]] = tonumber(r[i]) or 0 end
 	grown[ref] = st
 	return st
 end
-local function stageKey(ref, st) return btab[BT * (ref - 1) + 2 + st] end
 
 -- holds reports whether word value v has every bit of mask mk, testing the
 -- high and the low 26 bits with Lua's 32-bit bit library.
@@ -156,8 +161,17 @@ local function expireNotBefore(key, at)
 	end
 end
 
-local BG = 6 -- entries per bucket group
-local nb = #buckets / BG
+local PER_GROUP = 6 -- entries per bucket group in groupTab
+local nb = #groupTab / PER_GROUP
+-- group returns the entries of bucket group g, in order: ref, its bucket
+-- (an index into bucketTab); prevRef and nextRef, the previous and the
+-- next bucket's (0: not tested); expiry, the Unix time its keys live
+-- until; lastByte, the bit offset of stage 0's last byte; deadline, the
+-- Unix time from which the oldest key its elements are tested against may
+-- be gone.
+local function group(g)
+	return unpack(groupTab, PER_GROUP * (g - 1) + 1, PER_GROUP * g)
+end
 local fresh, nfresh = {}, {}
 for g = 1, nb do fresh[g], nfresh[g] = {}, 0 end
 
@@ -167,7 +181,10 @@ for g = 1, nb do fresh[g], nfresh[g] = {}, 0 end
 local t = redis.call('TIME')
 local nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local past = {}
-for g = 1, nb do past[g] = nowMs >= tonumber(buckets[BG * g]) * 1000 end
+for g = 1, nb do
+	local _, _, _, _, _, deadline = group(g)
+	past[g] = nowMs >= tonumber(deadline) * 1000
+end
 
 -- 1. Replays: an offset below a record's watermark was decided before.
 local records, nrec = {}, 0
@@ -265,10 +282,9 @@ end
 for g = 1, nb do
 	local xs, n = fresh[g], nfresh[g]
 	if n > 0 then
-		local ref = buckets[BG * g - 5]
+		local ref, prevRef, nextRef, expiry, lastByte = group(g)
 		local gs = growth(ref)
-		local expiry = buckets[BG * g - 2]
-		lastByteOf[stageKey(ref, 0)] = buckets[BG * g - 1]
+		lastByteOf[stageKey(ref, 0)] = lastByte
 
 		-- The newest stage is read whole, as the words inserts will change;
 		-- the older ones, full, are tested like the neighbours.
@@ -279,7 +295,7 @@ for g = 1, nb do
 		-- With one stage and no neighbour (a fixed window that has not
 		-- grown), the decision below tests the stage read, as it must
 		-- anyway for the writes of this call: no test ahead of it.
-		local pretest = k0 > 0 or buckets[BG * g - 4] + buckets[BG * g - 3] > 0
+		local pretest = k0 > 0 or prevRef + nextRef > 0
 		for k = 1, pretest and n or 0 do
 			local x = xs[k]
 			local base, vb = (x - 1) * stride + 1, (k - 1) * W
@@ -304,10 +320,10 @@ for g = 1, nb do
 		-- The rest are tested against every stage of the neighbours given
 		-- (the previous bucket; the next one when the input is read late,
 		-- so that copies decided out of event-time order still meet).
-		for _, other in ipairs({ buckets[BG * g - 4], buckets[BG * g - 3] }) do
+		for _, other in ipairs({ prevRef, nextRef }) do
 			if other > 0 and nc > 0 then
-				local os = growth(other)
-				for st = os.k, 0, -1 do
+				local otherGrowth = growth(other)
+				for st = otherGrowth.k, 0, -1 do
 					if nc == 0 then break end
 					cand, nc = inStage(stageKey(other, st), st, cand, nc, hit)
 				end
@@ -416,7 +432,7 @@ for g = 1, nb do
 				end
 			end
 		end
-		if gs.dirty then written[btab[BT * (ref - 1) + 1]] = expiry end
+		if gs.dirty then written[growthRecordOf(ref)] = expiry end
 	end
 end
 
@@ -485,7 +501,7 @@ for keyIdx, d in pairs(dirtyOf) do
 	end
 end
 for ref, gs in pairs(grown) do
-	local meta = btab[BT * (ref - 1) + 1]
+	local meta = growthRecordOf(ref)
 	if gs.dirty and meta > 0 then
 		redis.call('HSET', KEYS[meta], 'k', fmt('%d', gs.k), 'n', fmt('%d', gs.n), 'o', fmt('%d', gs.o), 'c', fmt('%d', gs.c),
 			'a', fmt('%d', gs.a), 't', fmt('%d', gs.t), 's', fmt('%d', gs.s), 'r', fmt('%.1f', gs.r), 'w', fmt('%d', gs.w), 'x', fmt('%d', gs.x))
