@@ -43,41 +43,42 @@ const (
 // is safe, the policy changes found, and the maintenance's failed calls.
 func NewGauges(reg prometheus.Registerer, pipeline string) *Gauges {
 	l := prometheus.Labels{"pipeline": pipeline}
-	labels := []string{"window", "shard"}
-	g := &Gauges{
-		fill: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_fill_ratio",
-			Help: "Set bits over all bits, per window (current, previous) and shard.", ConstLabels: l}, labels),
-		fpr: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_false_positive_rate",
-			Help: "Estimated false-positive rate at the current fill.", ConstLabels: l}, labels),
-		elements: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_estimated_elements",
-			Help: "Elements estimated from the set bits.", ConstLabels: l}, labels),
-		ttl: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_ttl_seconds",
-			Help: "Time the window's key has left.", ConstLabels: l}, labels),
+	perShard := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: l}, []string{"window", "shard"})
 	}
-	g.stages = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_stages",
-		Help: "Stages the window has grown into (1: its planned size).", ConstLabels: l}, labels)
-	g.overfilled = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_overfilled",
-		Help: "Elements inserted past a full stage, by versions that did not wait for the next stage: the rate is above target.", ConstLabels: l}, labels)
-	g.testOnly = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_filter_test_only",
-		Help: "New elements only tested, not inserted, because the window reached DEDUPE_MAX_GROWTH: their copies pass.", ConstLabels: l}, labels)
-	g.grown = prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupe_filter_stages_made_total",
-		Help: "Stages this replica made for windows that grow.", ConstLabels: l})
-	g.growthWait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_filter_growth_wait_seconds",
-		Help:    "Time a test-and-set waited for the next stage of a growing window, which its batch needed and was not made yet.",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, ConstLabels: l})
-	g.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupe_filter_growth_refused_total",
-		Help: "Test-and-set calls refused, nothing decided, because a stage they needed was not made yet; each is made or awaited and the call made again.", ConstLabels: l})
-	g.maxLag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "dedupe_max_lag_seconds",
-		Help: "The lag bound, DEDUPE_MAX_LAG: events decided later than this after their event time may not be deduplicated.", ConstLabels: l})
-	server := []string{"server"}
-	g.evicted = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_redis_evicted_keys",
-		Help: "Keys the Redis master has evicted since it started (evicted_keys of INFO stats), read every maintenance pass: any increase may be filters or decision records lost.", ConstLabels: l}, server)
-	g.policySafe = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedupe_redis_eviction_policy_safe",
-		Help: "1 while the Redis master's maxmemory-policy is noeviction, 0 while it is one that evicts the worker's keys (the replica is then not ready).", ConstLabels: l}, server)
-	g.unsafePolicy = prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupe_redis_eviction_policy_unsafe_total",
-		Help: "Times the maintenance found a Redis master's maxmemory-policy changed to one that evicts.", ConstLabels: l})
-	g.failed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_filter_maintenance_errors_total",
-		Help: "Failed maintenance calls, by step (preallocate, grow, stats, server_info); each is tried again at the next pass.", ConstLabels: l}, []string{"step"})
+	perServer := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: l}, []string{"server"})
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: l})
+	}
+	g := &Gauges{
+		fill:     perShard("dedupe_filter_fill_ratio", "Set bits over all bits, per window (current, previous) and shard."),
+		fpr:      perShard("dedupe_filter_false_positive_rate", "Estimated false-positive rate at the current fill."),
+		elements: perShard("dedupe_filter_estimated_elements", "Elements estimated from the set bits."),
+		ttl:      perShard("dedupe_filter_ttl_seconds", "Time the window's key has left."),
+		stages:   perShard("dedupe_filter_stages", "Stages the window has grown into (1: its planned size)."),
+		overfilled: perShard("dedupe_filter_overfilled",
+			"Elements inserted past a full stage, by versions that did not wait for the next stage: the rate is above target."),
+		testOnly: perShard("dedupe_filter_test_only",
+			"New elements only tested, not inserted, because the window reached its growth cap (PlanOptions.MaxGrowth): their copies pass."),
+		grown: counter("dedupe_filter_stages_made_total", "Stages this replica made for windows that grow."),
+		growthWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_filter_growth_wait_seconds",
+			Help:    "Time a test-and-set waited for the next stage of a growing window, which its batch needed and was not made yet.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, ConstLabels: l}),
+		refused: counter("dedupe_filter_growth_refused_total",
+			"Test-and-set calls refused, nothing decided, because a stage they needed was not made yet; each is made or awaited and the call made again."),
+		maxLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "dedupe_max_lag_seconds",
+			Help: "The lag bound (Windows.MaxLag): events decided later than this after their event time may not be deduplicated.", ConstLabels: l}),
+		evicted: perServer("dedupe_redis_evicted_keys",
+			"Keys the Redis master has evicted since it started (evicted_keys of INFO stats), read every maintenance pass: any increase may be filters or decision records lost."),
+		policySafe: perServer("dedupe_redis_eviction_policy_safe",
+			"1 while the Redis master's maxmemory-policy is noeviction, 0 while it is one that evicts the worker's keys (the replica is then not ready)."),
+		unsafePolicy: counter("dedupe_redis_eviction_policy_unsafe_total",
+			"Times the maintenance found a Redis master's maxmemory-policy changed to one that evicts."),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_filter_maintenance_errors_total",
+			Help: "Failed maintenance calls, by step (preallocate, grow, stats, server_info); each is tried again at the next pass.", ConstLabels: l}, []string{"step"}),
+	}
 	for _, step := range []string{stepPreallocate, stepGrow, stepStats, stepServerInfo} {
 		g.failed.WithLabelValues(step) // at 0 from the start
 	}
@@ -261,7 +262,7 @@ func (f *Filter) maintainSlow(ctx context.Context, now time.Time, window time.Du
 		switch stage := f.Plan().Stages[min(s.Stages, len(f.Plan().Stages))-1]; {
 		case s.TestOnly > 0 && warned[k] != "test-only":
 			warned[k] = "test-only"
-			log.Warn("window only tests new IDs: it reached DEDUPE_MAX_GROWTH; their copies pass",
+			log.Warn("window only tests new IDs: it reached its growth cap (PlanOptions.MaxGrowth); their copies pass",
 				zap.Time("window", s.Start), zap.Int("shard", s.Shard), zap.Int64("test_only", s.TestOnly), zap.Float64("estimated_elements", s.Elements))
 		case s.Overfilled > stage.CapacityPerShard/100 && warned[k] == "":
 			// Only replicas of a version before back-pressure overfill.

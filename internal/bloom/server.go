@@ -11,15 +11,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Errors of the server checks, tested with errors.Is.
-var (
-	// ErrServerTooOld is returned by CheckServer for a server older than
-	// Redis 7.0.
-	ErrServerTooOld = errors.New("redis server too old")
-	// ErrEvictionPolicy is returned by CheckServer for a server whose
-	// maxmemory-policy is not noeviction.
-	ErrEvictionPolicy = errors.New("redis eviction policy is not noeviction")
-)
+// ErrEvictionPolicy is returned by CheckServer for a server whose
+// maxmemory-policy is not noeviction; callers test it with errors.Is.
+var ErrEvictionPolicy = errors.New("redis eviction policy is not noeviction")
+
+// errServerTooOld is returned by CheckServer for a server older than
+// Redis 7.0. Nothing can be done about it but a newer server, so no caller
+// tells it apart.
+var errServerTooOld = errors.New("redis server too old")
 
 // SafePolicy is the only maxmemory-policy the filter accepts. Every key
 // it writes (filters, decision records, growth records) has a TTL, so any
@@ -30,7 +29,7 @@ const SafePolicy = "noeviction"
 // CheckServer refuses a server (every master of a Cluster) older than
 // Redis 7.0, or with a maxmemory-policy other than noeviction:
 //   - the script sets expiries with EXPIREAT NX and GT, which older servers
-//     refuse, and every batch would fail (ErrServerTooOld);
+//     refuse, and every batch would fail;
 //   - under a policy that evicts, Redis evicts the filter's keys first:
 //     an evicted filter lets duplicates pass, and a replayed first-seen
 //     event whose decision record was evicted can meet its own filter bits
@@ -44,7 +43,7 @@ const SafePolicy = "noeviction"
 func (f *Filter) CheckServer(ctx context.Context) error {
 	check := func(ctx context.Context, c *redis.Client) error {
 		if v := f.serverInfo(ctx, c, "server")["redis_version"]; tooOld(v) {
-			return fmt.Errorf("%w: Redis at %s is %s; the filter needs Redis 7.0 or later (EXPIREAT NX and GT)", ErrServerTooOld, c.Options().Addr, v)
+			return fmt.Errorf("%w: Redis at %s is %s; the filter needs Redis 7.0 or later (EXPIREAT NX and GT)", errServerTooOld, c.Options().Addr, v)
 		}
 		if p := f.serverInfo(ctx, c, "memory")["maxmemory_policy"]; p != "" && p != SafePolicy {
 			return policyError(c.Options().Addr, p)
