@@ -15,7 +15,12 @@ import (
 // code: 0 when the verifier found nothing lost, 1 otherwise or when the
 // run failed, 2 for bad flags.
 func RunDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("demo", "Runs a broker, redis-server, a click generator, two worker replicas and a verifier on this machine.", stderr)
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: go run ./cmd/demo [flags]\n\nRuns a broker, redis-server, a click generator, two worker replicas and a verifier on this machine.")
+		fs.PrintDefaults()
+	}
 	var o Options
 	fs.IntVar(&o.N, "n", 200_000, "click events to produce")
 	fs.Float64Var(&o.Dup, "dup", 0.07, "share of events that repeat an earlier click exactly")
@@ -70,16 +75,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// newFlagSet is the flag set of subcommand name: errors and usage, with
-// what the subcommand does, go to stderr.
-func newFlagSet(name, does string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: go run ./cmd/%s [flags]\n\n%s\n", name, does)
-		fs.PrintDefaults()
-	}
-	return fs
 }
