@@ -55,9 +55,9 @@
 // decided: read live, or read hours later as a backlog. From the Deadline
 // on it is Late (by the caller's clock, and again inside the script by the
 // server's, which expires the keys), and an event whose bucket is beyond
-// the clock's plus MaxFutureSkew is Future: neither is tested nor set, and the caller chooses what becomes
-// of them. Every event decided at most MaxLag after its event time is
-// within the bound. The cost is memory: the keys of MaxLag/Length more
+// the clock's plus MaxFutureSkew is Future: neither is tested nor set,
+// and the caller chooses what becomes of them. Every event decided at
+// most MaxLag after its event time is within the bound. The cost is memory: the keys of MaxLag/Length more
 // buckets are alive at once (Windows.Live), and the decision records live
 // as long as the filters they guard.
 //
@@ -126,8 +126,8 @@
 //     being made or replaced.
 //   - The cap. Past the last stage the bucket only tests: new elements
 //     are forwarded and not inserted, so their copies pass. That is the
-//     price of DEDUPE_MAX_GROWTH, counted in the record (c) and alerted
-//     on, and the rate stays at the chain's bound.
+//     price of the growth cap (PlanOptions.MaxGrowth), counted in the
+//     record (c) and alerted on, and the rate stays at the chain's bound.
 //
 // What a stage made early costs: memory, and only for windows that came
 // within their rate times the lead of a stage boundary. For the planner's
@@ -143,9 +143,10 @@
 // costs the memory of the stages it fills, and one more if it ends within
 // a lead of a boundary. A window filled to its plan within seconds is
 // such a spike (cmd/bloom-bench fills a day's window in 8 s, and makes
-// every shard's stage 1 near its end). Versions before this one overfilled a stage while
-// its next was missing (the record's o) and then only tested; replicas of
-// such a version in a rolling deploy still do.
+// every shard's stage 1 near its end). The record's o counts inserts
+// past a full stage, which only a replica of an older version makes (it
+// inserted while the next stage was missing); the maintenance warns of a
+// window they overfill, whose rate is then above target.
 //
 // # Shards and Redis Cluster
 //
@@ -158,6 +159,8 @@
 //
 // # Replay-safe decisions
 //
+// This section is the contract of TestAndSet, for its callers.
+//
 // Marking an ID as seen before its event is safely forwarded turns a crash
 // into loss: the redelivered event would look like a duplicate. So each
 // call also records its decisions. Per shard and source partition a record
@@ -166,6 +169,24 @@
 // same atomic call, an element whose offset is below the watermark gets the
 // recorded decision (ReplayedFirstSeen or ReplayedDuplicate) and is neither
 // tested nor set; others are decided and recorded.
+//
+// What a call returns:
+//   - On success, one verdict per element, in the order of the elements.
+//   - On error, no verdicts. ErrInvalidElement (an empty ID, no event
+//     time, a bad source, a source twice in the batch) is refused before
+//     anything is sent, and is refused again however often it is retried.
+//     Any other error (ErrRedis, ErrTooFewReplicas inside it,
+//     ErrGrowthWait) may come after the batch was applied in part or in
+//     full: calling again with the same elements is safe and gives the
+//     decisions of the first application.
+//   - A batch whose new elements need the next stage of a growing window
+//     that is not made yet waits for it, bounded by Config.GrowthWait (see
+//     Growth); ErrGrowthWait then fails it having decided and written
+//     nothing.
+//   - Cancelling ctx abandons the calls in flight and a wait for a stage;
+//     what was applied is as after any error.
+//   - It is safe for concurrent use, and other replicas call at the same
+//     time.
 //
 // The guarantee: the same source offset gets the same verdict every time,
 // whatever the batch boundaries and whichever replica asks, as long as
