@@ -31,9 +31,9 @@ type Explanation struct {
 	Deadline time.Time // the end of the bucket plus the lag bound
 	// Late and Future: a decision now would not test the filters at all.
 	Late, Future bool
-	// Probes are the keys a decision now would test, in the order the
-	// script reads them: the previous bucket (rolling windows), the
-	// bucket, the next one (rolling, once the bucket has ended).
+	// Probes are the keys a decision now would test, bucket by bucket in
+	// time order: the previous one (rolling windows), the event's own, the
+	// next one (rolling, once the event's bucket has ended).
 	Probes []Probe
 }
 
@@ -65,20 +65,11 @@ func (f *Filter) Explain(ctx context.Context, id []byte, t time.Time) (Explanati
 		return Explanation{}, fmt.Errorf("%w: an ID and an event time are needed", ErrInvalidElement)
 	}
 	w := f.cfg.Windows
-	now := f.cfg.Now()
 	var loc location
 	f.locate(id, &loc)
-	e := Explanation{Bucket: w.Bucket(t), Shard: loc.shard, Deadline: w.Deadline(t)}
-	e.Future = e.Bucket > w.Bucket(now.Add(f.cfg.MaxFutureSkew))
-	e.Late = !e.Future && w.Late(t, now)
-	buckets := []int64{e.Bucket}
-	if w.Mode == Rolling {
-		buckets = []int64{e.Bucket - 1, e.Bucket}
-		if e.Bucket < w.Bucket(now) {
-			buckets = append(buckets, e.Bucket+1)
-		}
-	}
-	for _, b := range buckets {
+	at := w.place(t, f.cfg.Now(), f.cfg.MaxFutureSkew)
+	e := Explanation{Bucket: at.bucket, Shard: loc.shard, Deadline: w.Deadline(t), Late: at.status == Late, Future: at.status == Future}
+	for _, b := range at.buckets() {
 		for st := range f.plan.Stages {
 			p := Probe{Bucket: b, Start: w.Start(b), Stage: st, Key: f.StageKey(loc.shard, b, st)}
 			if err := f.probe(ctx, &p, &loc); err != nil {

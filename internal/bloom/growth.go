@@ -261,18 +261,18 @@ func (f *Filter) awaitStages(ctx context.Context, needs []stageRef, deadline tim
 }
 
 // parseStages reads the script's "ref:stage,..." list, refs being the
-// 1-based bucket references of the call (b.refList).
+// 1-based numbers of the buckets the call reads (b.refs).
 func (b *batch) parseStages(s string) ([]stageRef, error) {
 	var out []stageRef
 	for item := range strings.SplitSeq(s, ",") {
 		ref, st, ok := strings.Cut(item, ":")
 		r, err1 := strconv.Atoi(ref)
 		n, err2 := strconv.Atoi(st)
-		if !ok || err1 != nil || err2 != nil || r < 1 || r > len(b.refList) {
+		if !ok || err1 != nil || err2 != nil || r < 1 || r > len(b.refs) {
 			return nil, fmt.Errorf("%w: test-and-set named stage %q", ErrRedis, item)
 		}
-		g := b.refList[r-1]
-		out = append(out, stageRef{bucket: g.bucket, shard: g.shard, stage: n})
+		sb := b.refs[r-1]
+		out = append(out, stageRef{bucket: sb.bucket, shard: sb.shard, stage: n})
 	}
 	return out, nil
 }

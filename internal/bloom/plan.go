@@ -169,6 +169,22 @@ const (
 	TighteningRatio = 0.5
 	// MaxStages bounds the chain: 4^7 is 16384 times n.
 	MaxStages = 8
+	// MaxGrowthFactor is the largest PlanOptions.MaxGrowth, what MaxStages
+	// stages hold: GrowthFactor^(MaxStages-1) (a test keeps the two in
+	// step).
+	MaxGrowthFactor = 16384
+)
+
+// The bounds of NewPlan's arguments.
+const (
+	// MaxElements is the most elements per window a plan is made for.
+	MaxElements = 1e12
+	// MinFPR is the lowest false-positive rate a plan is made for.
+	MinFPR = 1e-12
+	// MaxShards is the most shards a plan may be asked for
+	// (PlanOptions.MinShards), and the most the planner takes for growth:
+	// a longer chain would need more, and ends earlier instead.
+	MaxShards = 1024
 )
 
 // Stage is one filter of a window's chain.
@@ -274,25 +290,25 @@ func (p Plan) BitsPerElement() float64 { return float64(p.Bits()) / float64(p.El
 
 // NewPlan sizes a window filter for n distinct elements at rate p.
 func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
-	if n <= 0 || n > 1e12 {
-		return Plan{}, fmt.Errorf("%w: expected elements per window is %d, want 1 to 1e12", ErrInvalidPlan, n)
+	if n <= 0 || n > MaxElements {
+		return Plan{}, fmt.Errorf("%w: expected elements per window is %d, want 1 to %g", ErrInvalidPlan, n, float64(MaxElements))
 	}
-	if !(p > 0 && p < 1) || p < 1e-12 {
-		return Plan{}, fmt.Errorf("%w: false-positive rate is %g, want greater than 1e-12 and less than 1", ErrInvalidPlan, p)
+	if !(p >= MinFPR && p < 1) {
+		return Plan{}, fmt.Errorf("%w: false-positive rate is %g, want at least %g and less than 1", ErrInvalidPlan, p, MinFPR)
 	}
 	minShards := opt.MinShards
 	if minShards == 0 {
 		minShards = 1
 	}
-	if minShards < 0 || minShards > 1024 {
-		return Plan{}, fmt.Errorf("%w: shards is %d, want 1 to 1024", ErrInvalidPlan, minShards)
+	if minShards < 0 || minShards > MaxShards {
+		return Plan{}, fmt.Errorf("%w: shards is %d, want 1 to %d", ErrInvalidPlan, minShards, MaxShards)
 	}
 	growth := opt.MaxGrowth
 	if growth == 0 {
 		growth = 1
 	}
-	if !(growth >= 1 && growth <= math.Pow(GrowthFactor, MaxStages-1)) {
-		return Plan{}, fmt.Errorf("%w: growth is %g, want 1 to %g", ErrInvalidPlan, growth, math.Pow(GrowthFactor, MaxStages-1))
+	if !(growth >= 1 && growth <= MaxGrowthFactor) {
+		return Plan{}, fmt.Errorf("%w: growth is %g, want 1 to %d", ErrInvalidPlan, growth, MaxGrowthFactor)
 	}
 	// The layout is the one for p in every stage, so that a window that
 	// does not grow costs what it did; stage 0 buys its share of the rate,
@@ -318,7 +334,7 @@ func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
 	if stages > 1 {
 		last := float64(n) * (math.Pow(GrowthFactor, float64(stages-1)) - math.Pow(GrowthFactor, float64(stages-2)))
 		bits := bitsNeeded(layout, p0*math.Pow(TighteningRatio, float64(stages-1))) * last
-		lo = max(lo, min(maxShards, int(math.Ceil(bits/(maxStageShardBits-8*shardOverhead)))))
+		lo = max(lo, min(MaxShards, int(math.Ceil(bits/(maxStageShardBits-8*shardOverhead)))))
 	}
 	best := Plan{}
 	for s := lo; s < lo+8; s++ {
@@ -365,10 +381,6 @@ func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
 // A stage is made in one SET, which Redis passes whole to its replicas,
 // and a replica's output buffer has a hard limit of 256 MB by default.
 const maxStageShardBits = MaxKeyBits / 4
-
-// maxShards bounds the shards the planner takes for growth; a longer chain
-// would need more, and ends earlier instead.
-const maxShards = 1024
 
 // perShardCount is what one shard counts as its share of n elements:
 // elements are spread over the shards by hash, evenly on average, with a

@@ -43,13 +43,13 @@ func (r Recorded) String() string {
 // each (shard, topic, partition) record once. It is for verification and
 // tooling, not the hot path.
 func (f *Filter) Recorded(ctx context.Context, elems []Element) ([]Recorded, error) {
-	records := map[groupKey][]byte{}
+	records := map[shardPartition][]byte{}
 	out := make([]Recorded, len(elems))
 	var loc location
 	for i := range elems {
 		e := &elems[i]
 		f.locate(e.ID, &loc)
-		k := groupKey{loc.shard, e.Source.Topic, e.Source.Partition}
+		k := shardPartition{loc.shard, e.Source.Topic, e.Source.Partition}
 		rec, ok := records[k]
 		if !ok {
 			cctx, cancel := f.callCtx(ctx)

@@ -18,11 +18,6 @@ var ErrTooFewReplicas = errors.New("writes not acknowledged by enough replicas")
 // syncTTL is how long a shard's sync key lives after its last write.
 const syncTTL = time.Minute
 
-// SyncKey is the key of a shard that every call with Config.MinReplicas
-// above zero writes after its script ("Replicas and failover" in the
-// package doc says why).
-func (f *Filter) SyncKey(shard int) string { return f.slots[shard] + ":w" }
-
 // pipeliner is a client whose pipelines run on one connection: a
 // *redis.Client, or a node client of a Cluster.
 type pipeliner interface {
@@ -34,7 +29,7 @@ type pipeliner interface {
 // of the shard's sync key and WAIT in one pipeline on one connection to
 // the master serving the shard, as "Replicas and failover" in the package
 // doc describes. On a Cluster a failed call reloads the slot map.
-func (f *Filter) runReplicated(ctx context.Context, shard int, keys []string, args ...any) (string, error) {
+func (f *Filter) runReplicated(ctx context.Context, shard int, sc scriptCall) (string, error) {
 	var conn pipeliner = f.client
 	cc, _ := f.client.(*redis.ClusterClient)
 	if cc != nil {
@@ -49,10 +44,10 @@ func (f *Filter) runReplicated(ctx context.Context, shard int, keys []string, ar
 	// answer costs the WAIT's time and leaves the retry only what remains:
 	// until a shard's master is known to hold the script, send its source.
 	load := !f.scriptCached[shard].Load()
-	res, err := f.evalAndWait(ctx, conn, shard, load, keys, args)
+	res, err := f.evalAndWait(ctx, conn, shard, load, sc)
 	if !load && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		f.scriptCached[shard].Store(false)
-		res, err = f.evalAndWait(ctx, conn, shard, true, keys, args)
+		res, err = f.evalAndWait(ctx, conn, shard, true, sc)
 	}
 	if err != nil && cc != nil {
 		// Asynchronous, and at most one reload every 200 ms however many
@@ -65,7 +60,7 @@ func (f *Filter) runReplicated(ctx context.Context, shard int, keys []string, ar
 
 // evalAndWait sends the script (its source if load, else its hash), the
 // sync key write and WAIT in one pipeline on conn.
-func (f *Filter) evalAndWait(ctx context.Context, conn pipeliner, shard int, load bool, keys []string, args []any) (string, error) {
+func (f *Filter) evalAndWait(ctx context.Context, conn pipeliner, shard int, load bool, sc scriptCall) (string, error) {
 	// WAIT gets half the time left, so that its own answer (how many
 	// replicas acknowledged) arrives before the call's deadline. WAIT 0
 	// would block forever: never ask for less than a millisecond.
@@ -76,9 +71,9 @@ func (f *Filter) evalAndWait(ctx context.Context, conn pipeliner, shard int, loa
 	pipe := conn.Pipeline()
 	var script *redis.Cmd
 	if load {
-		script = testAndSetScript.Eval(ctx, pipe, keys, args...)
+		script = testAndSetScript.Eval(ctx, pipe, sc.keys, sc.argv...)
 	} else {
-		script = testAndSetScript.EvalSha(ctx, pipe, keys, args...)
+		script = testAndSetScript.EvalSha(ctx, pipe, sc.keys, sc.argv...)
 	}
 	mark := pipe.Set(ctx, f.SyncKey(shard), "1", syncTTL)
 	// Pipeliner lacks Wait; the command is built as cmdable.Wait builds it.

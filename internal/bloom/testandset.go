@@ -3,41 +3,29 @@ package bloom
 import (
 	"cmp"
 	"context"
+	_ "embed"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/tinylib/msgp/msgp"
 	"golang.org/x/sync/errgroup"
 )
 
+//go:embed testandset.lua
+var testAndSetLua string
+
+var testAndSetScript = redis.NewScript(testAndSetLua)
+
 // TestAndSet decides for each element whether it is seen for the first time
 // in its window, and marks it seen, in one atomic Lua script call per batch
-// (one per shard on a Cluster, run concurrently). The verdicts are in the
-// order of elems.
-//
-// Decisions are replay-safe: an element whose Source was decided before
-// (within Config.ReplayHorizon offsets of the newest offset decided for its
-// partition) gets the verdict it got then, whatever the batch boundaries.
-// For each partition, call with offsets in ascending order across calls:
-// wait for a call to return before sending later offsets of its partitions.
-//
-// A batch whose new elements need the next stage of a growing window
-// when that stage is not made yet is not decided: the call makes the
-// stage, or waits while another replica makes it, and decides the batch
-// then, within Config.GrowthWait (plus the time-out of a make it started
-// itself just before); past that it fails with ErrGrowthWait, having
-// decided and written nothing.
-//
-// On error no verdicts are returned. The batch may have been applied in
-// part or in full; calling again with the same elements returns the
-// decisions that were recorded. With Config.MinReplicas, a call whose
-// writes did not reach enough replicas in time fails too, with
-// ErrTooFewReplicas. Cancelling ctx abandons the calls in flight and a
-// wait for a stage. Safe for concurrent use.
+// (one per shard on a Cluster, run concurrently). Its contract (verdicts,
+// errors and retries, cancellation, the order of offsets a caller keeps,
+// the wait for a growing window's stage) is told once, in the package doc
+// under "Replay-safe decisions".
 func (f *Filter) TestAndSet(ctx context.Context, elems []Element) ([]Verdict, error) {
 	if len(elems) == 0 {
 		return nil, nil
@@ -66,7 +54,7 @@ func (f *Filter) TestAndSet(ctx context.Context, elems []Element) ([]Verdict, er
 		g.Go(func() error {
 			sb := getBatch()
 			own := sb.items
-			sb.items = b.items // shared, read-only here; the parent returns it
+			sb.items, sb.now = b.items, b.now // shared, read-only here; the parent returns it
 			defer func() { sb.items = own; putBatch(sb) }()
 			return f.run(gctx, sb, part, out)
 		})
@@ -78,71 +66,11 @@ func (f *Filter) TestAndSet(ctx context.Context, elems []Element) ([]Verdict, er
 	return out, nil
 }
 
-// item is one element with everything derived from it.
-type item struct {
-	loc      location
-	bucket   int64
-	filtered bool
-	unfilt   Verdict // Late or Future when not filtered
-	src      *Source
-}
-
-// batch holds the reusable buffers of one call.
-type batch struct {
-	items   []item
-	order   []int
-	keys    []string
-	keyIdx  map[string]int
-	parts   []byte
-	els     []byte
-	words   []byte
-	buckets []byte
-	scratch []byte
-	bgroups []bucketGroup
-	// brefs numbers the buckets the call references (1-based), refList
-	// lists them by number, btab describes them to the script: growth
-	// record and stage keys.
-	brefs   map[bucketGroup]int
-	refList []bucketGroup
-	btab    []byte
-	btabBuf []byte
-	groupOf map[groupKey]int
-	groups  []groupCount
-	member  []int
-}
-
-type bucketGroup struct {
-	shard  int
-	bucket int64
-}
-
-var batchPool = sync.Pool{New: func() any {
-	return &batch{keyIdx: map[string]int{}, groupOf: map[groupKey]int{}, brefs: map[bucketGroup]int{}}
-}}
-
-func getBatch() *batch { return batchPool.Get().(*batch) }
-
-// putBatch returns b to the pool. Its items keep their capacity but drop
-// their pointers into the caller's elements.
-func putBatch(b *batch) {
-	clear(b.items)
-	b.items = b.items[:0]
-	clear(b.keyIdx)
-	batchPool.Put(b)
-}
-
-// prepare validates elems, hashes them and sorts them into call order:
-// shard, topic, partition, offset.
+// prepare validates elems, places and hashes them, and sorts them into
+// call order: shard, topic, partition, offset.
 func (f *Filter) prepare(b *batch, elems []Element) error {
-	now := f.cfg.Now()
-	w := f.cfg.Windows
-	futureLimit := w.Bucket(now.Add(f.cfg.MaxFutureSkew))
-	// An element is Late from its Deadline on, its bucket's end plus MaxLag:
-	// when its bucket ended by lateEnd. Both are whole seconds, so comparing
-	// with the clock's second is exact.
-	lateEnd := now.Unix() - int64(w.MaxLag/time.Second)
+	b.now = f.cfg.Now()
 	b.items = slices.Grow(b.items[:0], len(elems))[:len(elems)]
-	b.order = slices.Grow(b.order[:0], len(elems))[:len(elems)]
 	for i := range elems {
 		e := &elems[i]
 		if len(e.ID) == 0 {
@@ -156,93 +84,10 @@ func (f *Filter) prepare(b *batch, elems []Element) error {
 		}
 		it := &b.items[i]
 		it.src = &e.Source
-		it.bucket = w.Bucket(e.Time)
-		switch {
-		case it.bucket > futureLimit:
-			it.filtered, it.unfilt = false, Future
-		case (it.bucket+1)*w.seconds() <= lateEnd:
-			it.filtered, it.unfilt = false, Late
-		default:
-			it.filtered, it.unfilt = true, 0
-		}
+		it.at = f.cfg.Windows.place(e.Time, b.now, f.cfg.MaxFutureSkew)
 		f.locate(e.ID, &it.loc)
-		b.order[i] = i
 	}
-	// Order by (shard, topic, partition), keeping arrival order inside a
-	// group (a stable counting sort: a batch has few groups), then by offset,
-	// which Kafka input already has.
-	clear(b.groupOf)
-	b.groups = b.groups[:0]
-	b.member = slices.Grow(b.member[:0], len(elems))[:len(elems)]
-	for i := range b.items {
-		it := &b.items[i]
-		k := groupKey{it.loc.shard, it.src.Topic, it.src.Partition}
-		g, ok := b.groupOf[k]
-		if !ok {
-			g = len(b.groups)
-			b.groupOf[k] = g
-			b.groups = append(b.groups, groupCount{key: k})
-		}
-		b.groups[g].n++
-		b.member[i] = g
-	}
-	rank := make([]int, len(b.groups))
-	for i := range rank {
-		rank[i] = i
-	}
-	slices.SortFunc(rank, func(x, y int) int {
-		a, c := b.groups[x].key, b.groups[y].key
-		return cmp.Or(cmp.Compare(a.shard, c.shard), cmp.Compare(a.topic, c.topic), cmp.Compare(a.partition, c.partition))
-	})
-	start := 0
-	for _, g := range rank {
-		b.groups[g].start = start
-		start += b.groups[g].n
-	}
-	for i := range b.items {
-		g := &b.groups[b.member[i]]
-		b.order[g.start+g.placed] = i
-		g.placed++
-	}
-	for _, g := range b.groups {
-		part := b.order[g.start : g.start+g.n]
-		sorted := true
-		for k := 1; k < len(part); k++ {
-			if b.items[part[k]].src.Offset <= b.items[part[k-1]].src.Offset {
-				sorted = false
-				break
-			}
-		}
-		if !sorted {
-			slices.SortStableFunc(part, func(x, y int) int { return cmp.Compare(b.items[x].src.Offset, b.items[y].src.Offset) })
-			for k := 1; k < len(part); k++ {
-				if b.items[part[k]].src.Offset == b.items[part[k-1]].src.Offset {
-					return fmt.Errorf("%w: source %v appears twice in the batch", ErrInvalidElement, *b.items[part[k]].src)
-				}
-			}
-		}
-	}
-	return nil
-}
-
-type groupKey struct {
-	shard     int
-	topic     string
-	partition int32
-}
-
-type groupCount struct {
-	key              groupKey
-	n, start, placed int
-}
-
-func (b *batch) key(k string) int {
-	if i, ok := b.keyIdx[k]; ok {
-		return i
-	}
-	b.keys = append(b.keys, k)
-	b.keyIdx[k] = len(b.keys)
-	return len(b.keys)
+	return b.sortForCall()
 }
 
 // run makes one script call for the items in order (sorted by shard,
@@ -250,12 +95,12 @@ func (b *batch) key(k string) int {
 // refused for a stage it needs is made again once the stage is made
 // (awaitStages), within Config.GrowthWait from the first refusal.
 func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) error {
-	recordExpire := f.encode(b, order)
+	sc := f.encode(b, order)
 	shard := b.items[order[0]].loc.shard
 	var waitStart time.Time
 	var needs []stageRef
 	for {
-		res, err := f.call(ctx, b, shard, recordExpire)
+		res, err := f.call(ctx, shard, sc)
 		if err != nil {
 			if !waitStart.IsZero() && ctx.Err() == nil {
 				f.waited(waitStart, needs, false)
@@ -300,96 +145,132 @@ func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) 
 	}
 }
 
-// call runs the script once.
-func (f *Filter) call(ctx context.Context, b *batch, shard int, recordExpire int64) (string, error) {
+// scriptCall is one call of the script: its KEYS and ARGV, as
+// testandset.lua describes them.
+type scriptCall struct {
+	keys []string
+	argv []any
+}
+
+// call runs the script once for shard.
+func (f *Filter) call(ctx context.Context, shard int, sc scriptCall) (string, error) {
 	cctx, cancel := f.callCtx(ctx)
 	defer cancel()
 	if f.cfg.MinReplicas > 0 {
-		return f.runReplicated(cctx, shard, b.keys,
-			f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, f.plan.Layout.Words, b.buckets, f.stageTab, b.btab)
+		return f.runReplicated(cctx, shard, sc)
 	}
-	return testAndSetScript.Run(cctx, f.client, b.keys,
-		f.cfg.ReplayHorizon, recordExpire, b.parts, b.els, b.words, f.plan.Layout.Words, b.buckets, f.stageTab, b.btab).Text()
+	return testAndSetScript.Run(cctx, f.client, sc.keys, sc.argv...).Text()
 }
 
-// encode builds the script's keys and arguments for the items in order
-// and returns the expiry of the decision records.
-func (f *Filter) encode(b *batch, order []int) int64 {
-	W := f.plan.Layout.Words
-	w := f.cfg.Windows
+// encode builds the script's keys and arguments for the items in order.
+func (f *Filter) encode(b *batch, order []int) scriptCall {
 	b.keys = b.keys[:0]
 	clear(b.keyIdx)
+	recordExpire := f.encodeGroups(b, order)
+	f.encodeParts(b, order)
+	f.encodeElements(b, order)
+	return scriptCall{keys: b.keys, argv: []any{
+		f.cfg.ReplayHorizon, // ARGV[1]
+		recordExpire,        // ARGV[2]
+		b.partsArg,          // ARGV[3]
+		b.elemsArg,          // ARGV[4]
+		b.wordsArg,          // ARGV[5]
+		f.plan.Layout.Words, // ARGV[6]
+		b.groupsArg,         // ARGV[7]
+		f.stageTab,          // ARGV[8]
+		b.bucketsArg,        // ARGV[9]
+	}}
+}
 
-	// Bucket groups, ascending by bucket so that a bucket's writes are seen
-	// by the next bucket's test of its previous one.
-	b.bgroups = b.bgroups[:0]
+// stageTable is the script's stage table (ARGV[8]): the stage count, each
+// stage's capacity per shard, then the words per key and the lead (ms) of
+// stages 1 and up. It is the same for every call of a Filter.
+func stageTable(stages []Stage) []byte {
+	tab := msgp.AppendArrayHeader(nil, uint32(3*len(stages)-1))
+	tab = msgp.AppendInt(tab, len(stages))
+	for _, st := range stages {
+		tab = msgp.AppendInt64(tab, st.CapacityPerShard)
+	}
+	for _, st := range stages[1:] {
+		tab = msgp.AppendUint64(tab, st.ShardBits/WordBits)
+	}
+	for _, st := range stages[1:] {
+		tab = msgp.AppendInt64(tab, StageLead(st).Milliseconds())
+	}
+	return tab
+}
+
+// encodeGroups lists the call's bucket groups (ARGV[7]), ascending by
+// bucket so that a bucket's writes are seen by the next bucket's test of
+// its previous one, and the keys of every bucket they read (ARGV[9]). It
+// returns the expiry of the decision records: one window past the
+// retention of a bucket started now, and no earlier than any bucket's
+// keys.
+func (f *Filter) encodeGroups(b *batch, order []int) int64 {
+	w := f.cfg.Windows
+	b.groups = b.groups[:0]
 	for _, i := range order {
 		it := &b.items[i]
-		if it.filtered {
-			g := bucketGroup{it.loc.shard, it.bucket}
-			if !slices.Contains(b.bgroups, g) {
-				b.bgroups = append(b.bgroups, g)
-			}
+		if g := (bucketGroup{it.loc.shard, it.at}); it.at.tested() && !slices.Contains(b.groups, g) {
+			b.groups = append(b.groups, g)
 		}
 	}
-	slices.SortFunc(b.bgroups, func(x, y bucketGroup) int {
-		return cmp.Or(cmp.Compare(x.bucket, y.bucket), cmp.Compare(x.shard, y.shard))
+	slices.SortFunc(b.groups, func(x, y bucketGroup) int {
+		return cmp.Or(cmp.Compare(x.at.bucket, y.at.bucket), cmp.Compare(x.shard, y.shard))
 	})
+	clear(b.refOf)
+	b.refs = b.refs[:0]
+	b.scratch = b.scratch[:0]
 	lastByte := strconv.FormatUint(f.plan.ShardBits-8, 10)
-	clear(b.brefs)
-	b.refList = b.refList[:0]
-	b.btabBuf = b.btabBuf[:0]
-	ref := func(shard int, bucket int64) int {
-		k := bucketGroup{shard, bucket}
-		if r, ok := b.brefs[k]; ok {
-			return r
+	recordExpire := b.now.Unix() + int64((w.Retention()+w.Length)/time.Second)
+	b.groupsArg = msgp.AppendArrayHeader(b.groupsArg[:0], uint32(6*len(b.groups)))
+	for _, g := range b.groups {
+		own, prev, next := f.bucketRef(b, g.own()), 0, 0
+		if g.at.prev {
+			prev = f.bucketRef(b, shardBucket{g.shard, g.at.bucket - 1})
 		}
-		r := len(b.brefs) + 1
-		b.brefs[k] = r
-		b.refList = append(b.refList, k)
-		meta := 0
-		if f.plan.Growth() {
-			meta = b.key(f.GrowthKey(shard, bucket))
+		if g.at.next {
+			next = f.bucketRef(b, shardBucket{g.shard, g.at.bucket + 1})
 		}
-		b.btabBuf = msgp.AppendInt(b.btabBuf, meta)
-		for st := range f.plan.Stages {
-			b.btabBuf = msgp.AppendInt(b.btabBuf, b.key(f.StageKey(shard, bucket, st)))
-		}
+		b.groupsArg = msgp.AppendInt(b.groupsArg, own)
+		b.groupsArg = msgp.AppendInt(b.groupsArg, prev)
+		b.groupsArg = msgp.AppendInt(b.groupsArg, next)
+		b.groupsArg = msgp.AppendString(b.groupsArg, strconv.FormatInt(w.ExpireAt(g.at.bucket), 10))
+		b.groupsArg = msgp.AppendString(b.groupsArg, lastByte)
+		b.groupsArg = msgp.AppendString(b.groupsArg, strconv.FormatInt(w.deadline(g.at.bucket), 10))
+		recordExpire = max(recordExpire, w.ExpireAt(g.at.bucket))
+	}
+	// b.scratch holds the entries bucketRef appended, one bucket each.
+	b.bucketsArg = msgp.AppendArrayHeader(b.bucketsArg[:0], uint32(len(b.refs)*(1+len(f.plan.Stages))))
+	b.bucketsArg = append(b.bucketsArg, b.scratch...)
+	return recordExpire
+}
+
+// bucketRef is the 1-based number of sb among the buckets the call reads.
+// A bucket new to the call gets its entry of ARGV[9] in b.scratch: the
+// key index of its growth record (0 without growth), then of each stage.
+func (f *Filter) bucketRef(b *batch, sb shardBucket) int {
+	if r, ok := b.refOf[sb]; ok {
 		return r
 	}
-	now := f.cfg.Now()
-	recordExpire := now.Unix() + int64((w.Retention()+w.Length)/1e9)
-	current := w.Bucket(now)
-	b.buckets = msgp.AppendArrayHeader(b.buckets[:0], uint32(6*len(b.bgroups)))
-	for _, g := range b.bgroups {
-		// Rolling mode tests the previous bucket, where an earlier copy
-		// may be. Once the next bucket has begun by the clock, a later
-		// copy may have been decided first (partitions of a backlog are
-		// read at different paces), so the next bucket is tested too: the
-		// same IDs are then forwarded in whatever order copies are decided.
-		// Live input, decided within its bucket, skips that read.
-		own, prev, next := ref(g.shard, g.bucket), 0, 0
-		if w.Mode == Rolling {
-			prev = ref(g.shard, g.bucket-1)
-			if g.bucket < current {
-				next = ref(g.shard, g.bucket+1)
-			}
-		}
-		b.buckets = msgp.AppendInt(b.buckets, own)
-		b.buckets = msgp.AppendInt(b.buckets, prev)
-		b.buckets = msgp.AppendInt(b.buckets, next)
-		b.buckets = msgp.AppendString(b.buckets, strconv.FormatInt(w.ExpireAt(g.bucket), 10))
-		b.buckets = msgp.AppendString(b.buckets, lastByte)
-		b.buckets = msgp.AppendString(b.buckets, strconv.FormatInt(w.Deadline(w.Start(g.bucket)).Unix(), 10))
-		recordExpire = max(recordExpire, w.ExpireAt(g.bucket))
+	b.refs = append(b.refs, sb)
+	b.refOf[sb] = len(b.refs)
+	growthRecord := 0
+	if f.plan.Growth() {
+		growthRecord = b.key(f.GrowthKey(sb.shard, sb.bucket))
 	}
-	b.btab = msgp.AppendArrayHeader(b.btab[:0], uint32(len(b.brefs)*(1+len(f.plan.Stages))))
-	b.btab = append(b.btab, b.btabBuf...)
+	b.scratch = msgp.AppendInt(b.scratch, growthRecord)
+	for st := range f.plan.Stages {
+		b.scratch = msgp.AppendInt(b.scratch, b.key(f.StageKey(sb.shard, sb.bucket, st)))
+	}
+	return len(b.refs)
+}
 
-	// Partition groups, elements and word offsets.
+// encodeParts lists the partition runs (ARGV[3]): each one's decision
+// record and its count of items, in call order.
+func (f *Filter) encodeParts(b *batch, order []int) {
 	nparts := 0
 	b.scratch = b.scratch[:0]
-	nfiltered := 0
 	for k := 0; k < len(order); {
 		first := b.items[order[k]]
 		n := 0
@@ -398,9 +279,6 @@ func (f *Filter) encode(b *batch, order []int) int64 {
 			if it.loc.shard != first.loc.shard || it.src.Topic != first.src.Topic || it.src.Partition != first.src.Partition {
 				break
 			}
-			if it.filtered {
-				nfiltered++
-			}
 			n++
 		}
 		b.scratch = msgp.AppendInt(b.scratch, b.key(f.RecordKey(first.loc.shard, first.src.Topic, first.src.Partition)))
@@ -408,41 +286,52 @@ func (f *Filter) encode(b *batch, order []int) int64 {
 		nparts++
 		k += n
 	}
-	b.parts = msgp.AppendArrayHeader(b.parts[:0], uint32(2*nparts))
-	b.parts = append(b.parts, b.scratch...)
+	b.partsArg = msgp.AppendArrayHeader(b.partsArg[:0], uint32(2*nparts))
+	b.partsArg = append(b.partsArg, b.scratch...)
+}
 
+// encodeElements lists each item (ARGV[4]): its offset, its bucket group
+// (0: not tested), each word's mask and, with growth, each word's
+// position; and, for the items tested, each word's bit offset (ARGV[5]).
+func (f *Filter) encodeElements(b *batch, order []int) {
+	W := f.plan.Layout.Words
 	perEl := 2 + W
 	growth := f.plan.Growth()
 	if growth {
 		perEl += W
 	}
-	b.els = msgp.AppendArrayHeader(b.els[:0], uint32(len(order)*perEl))
-	b.words = msgp.AppendArrayHeader(b.words[:0], uint32(nfiltered*W))
+	ntested := 0
+	for _, i := range order {
+		if b.items[i].at.tested() {
+			ntested++
+		}
+	}
+	b.elemsArg = msgp.AppendArrayHeader(b.elemsArg[:0], uint32(len(order)*perEl))
+	b.wordsArg = msgp.AppendArrayHeader(b.wordsArg[:0], uint32(ntested*W))
 	var num [20]byte
 	for _, i := range order {
 		it := &b.items[i]
-		b.els = msgp.AppendInt64(b.els, it.src.Offset)
+		tested := it.at.tested()
+		b.elemsArg = msgp.AppendInt64(b.elemsArg, it.src.Offset)
 		g := 0
-		if it.filtered {
-			g = slices.Index(b.bgroups, bucketGroup{it.loc.shard, it.bucket}) + 1
+		if tested {
+			g = slices.Index(b.groups, bucketGroup{it.loc.shard, it.at}) + 1
 		}
-		b.els = msgp.AppendInt(b.els, g)
+		b.elemsArg = msgp.AppendInt(b.elemsArg, g)
 		for j := 0; j < W; j++ {
-			if it.filtered {
-				b.els = msgp.AppendUint64(b.els, uint64(it.loc.hi[j])<<26|uint64(it.loc.lo[j]))
-				b.words = msgp.AppendStringFromBytes(b.words, strconv.AppendUint(num[:0], it.loc.word[j], 10))
+			if tested {
+				b.elemsArg = msgp.AppendUint64(b.elemsArg, uint64(it.loc.hi[j])<<26|uint64(it.loc.lo[j]))
+				b.wordsArg = msgp.AppendStringFromBytes(b.wordsArg, strconv.AppendUint(num[:0], it.loc.word[j], 10))
 			} else {
-				b.els = msgp.AppendUint32(b.els, 0)
+				b.elemsArg = msgp.AppendUint32(b.elemsArg, 0)
 			}
 		}
 		if growth {
 			for j := 0; j < W; j++ {
-				b.els = msgp.AppendFloat64(b.els, it.loc.u[j])
+				b.elemsArg = msgp.AppendFloat64(b.elemsArg, it.loc.u[j])
 			}
 		}
 	}
-
-	return recordExpire
 }
 
 // decode turns the script's verdict characters into out.
@@ -461,11 +350,11 @@ func (f *Filter) decode(b *batch, order []int, res string, out []Verdict) error 
 			// Decided forward before, and now beyond the bound: Late (or
 			// Future) again, so that what the caller does with such events
 			// is the same on a replay.
-			v = cmp.Or(b.items[i].unfilt, ReplayedFirstSeen)
+			v = cmp.Or(b.items[i].at.status, ReplayedFirstSeen)
 		case 'U':
-			// Not filtered: by the caller's choice, or because the server's
+			// Not tested: by the caller's clock, or because the server's
 			// clock had passed the bucket's deadline (keys may be gone).
-			v = cmp.Or(b.items[i].unfilt, Late)
+			v = cmp.Or(b.items[i].at.status, Late)
 		case 'd':
 			v = ReplayedDuplicate
 		case 'u':

@@ -51,9 +51,14 @@ type Windows struct {
 	MaxLag time.Duration
 }
 
-// MaxMaxLag is the largest lag bound: a month, as for the window. Memory
-// usually binds earlier (Live counts the buckets the bound keeps).
-const MaxMaxLag = 31 * 24 * time.Hour
+// MaxWindowLength is the longest window: a month (31 days). A longer one
+// would keep a bucket's keys past any retention a pipeline needs.
+const MaxWindowLength = 31 * 24 * time.Hour
+
+// MaxLagBound is the largest lag bound (Windows.MaxLag): a month, as for
+// the window. Memory usually binds earlier (Live counts the buckets the
+// bound keeps).
+const MaxLagBound = 31 * 24 * time.Hour
 
 func (w Windows) seconds() int64 { return int64(w.Length / time.Second) }
 
@@ -70,15 +75,19 @@ func (w Windows) Bucket(t time.Time) int64 {
 // Start is the first instant of bucket b.
 func (w Windows) Start(b int64) time.Time { return time.Unix(b*w.seconds(), 0).UTC() }
 
+// deadline is the Unix second from which the events of bucket b are Late:
+// MaxLag after the end of the bucket.
+func (w Windows) deadline(b int64) int64 { return (b+1)*w.seconds() + int64(w.MaxLag/time.Second) }
+
 // ExpireAt is the Unix time at which bucket b's keys expire: MaxLag after
 // the end of the last bucket whose events test them, this one, or in
-// Rolling mode the next one (which tests it too).
+// Rolling mode the next one (which tests it too). That is the deadline of
+// that last bucket's events.
 func (w Windows) ExpireAt(b int64) int64 {
-	end := (b + 1) * w.seconds()
 	if w.Mode == Rolling {
-		end += w.seconds()
+		return w.deadline(b + 1)
 	}
-	return end + int64(w.MaxLag/time.Second)
+	return w.deadline(b)
 }
 
 // Deadline is the instant from which an event of time t is Late: MaxLag
@@ -87,12 +96,69 @@ func (w Windows) ExpireAt(b int64) int64 {
 // at most MaxLag after its event time is deduplicated, and one early in its
 // bucket up to a window longer.
 func (w Windows) Deadline(t time.Time) time.Time {
-	return time.Unix((w.Bucket(t)+1)*w.seconds()+int64(w.MaxLag/time.Second), 0)
+	return time.Unix(w.deadline(w.Bucket(t)), 0)
 }
 
 // Late reports whether an event of time t, processed at now, is beyond
-// the lag bound: its keys may be gone, so it cannot be deduplicated.
-func (w Windows) Late(t, now time.Time) bool { return !now.Before(w.Deadline(t)) }
+// the lag bound: its keys may be gone, so it cannot be deduplicated. It is
+// the Late of place: an event not yet begun is never late, so the future
+// skew does not matter here.
+func (w Windows) Late(t, now time.Time) bool { return w.place(t, now, 0).status == Late }
+
+// placement is where an event stands against the windows when it is
+// decided: its bucket, whether it is tested at all, and which buckets a
+// test reads.
+type placement struct {
+	bucket int64
+	// status is 0 for an event that is tested, else Late or Future.
+	status Verdict
+	// prev and next: the test reads bucket-1, and bucket+1, besides the
+	// event's own.
+	prev, next bool
+}
+
+// tested reports whether the event is tested against the filters.
+func (p placement) tested() bool { return p.status == 0 }
+
+// buckets lists the buckets a test reads, in time order: the previous
+// one, the event's own, the next one.
+func (p placement) buckets() []int64 {
+	out := make([]int64, 0, 3)
+	if p.prev {
+		out = append(out, p.bucket-1)
+	}
+	out = append(out, p.bucket)
+	if p.next {
+		out = append(out, p.bucket+1)
+	}
+	return out
+}
+
+// place classifies an event of time t decided at now; every decision
+// about an event time (the test-and-set, Late, Explain) goes through it.
+//   - Future: its bucket is after the bucket of now plus maxFutureSkew.
+//   - Late: now is at or past its Deadline (a whole second, so comparing
+//     with now's second is exact).
+//   - Otherwise it is tested, in its bucket and, in Rolling mode, in the
+//     previous one and, once its bucket has ended by now, the next one
+//     (see Windows in the package doc for why).
+//
+// The buckets are given for Late and Future events too (Explain shows
+// them); the test-and-set does not read them.
+func (w Windows) place(t, now time.Time, maxFutureSkew time.Duration) placement {
+	p := placement{bucket: w.Bucket(t)}
+	switch {
+	case p.bucket > w.Bucket(now.Add(maxFutureSkew)):
+		p.status = Future
+	case now.Unix() >= w.deadline(p.bucket):
+		p.status = Late
+	}
+	if w.Mode == Rolling {
+		p.prev = true
+		p.next = p.bucket < w.Bucket(now)
+	}
+	return p
+}
 
 // Live is how many buckets of keys exist at once at most: the current one,
 // the next one once preallocated, in Rolling mode the previous one (still
@@ -113,14 +179,14 @@ func (w Windows) Retention() time.Duration {
 }
 
 func (w Windows) validate() error {
-	if w.Length < time.Second || w.Length%time.Second != 0 || w.Length > 31*24*time.Hour {
-		return fmt.Errorf("window is %v, want whole seconds from 1s to 744h", w.Length)
+	if w.Length < time.Second || w.Length%time.Second != 0 || w.Length > MaxWindowLength {
+		return fmt.Errorf("window is %v, want whole seconds from 1s to %v", w.Length, MaxWindowLength)
 	}
 	if w.Mode != Rolling && w.Mode != Fixed {
 		return fmt.Errorf("window mode is %d, want rolling or fixed", w.Mode)
 	}
-	if w.MaxLag < 0 || w.MaxLag%time.Second != 0 || w.MaxLag > MaxMaxLag {
-		return fmt.Errorf("max lag is %v, want whole seconds from 0 to %v", w.MaxLag, MaxMaxLag)
+	if w.MaxLag < 0 || w.MaxLag%time.Second != 0 || w.MaxLag > MaxLagBound {
+		return fmt.Errorf("max lag is %v, want whole seconds from 0 to %v", w.MaxLag, MaxLagBound)
 	}
 	return nil
 }

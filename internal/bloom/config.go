@@ -1,0 +1,128 @@
+package bloom
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Defaults of Config, each applied when its field is zero.
+const (
+	// DefaultKeyPrefix starts every key (Config.KeyPrefix).
+	DefaultKeyPrefix = "dedupe"
+	// DefaultReplayHorizon is how many offsets back per partition the
+	// decision records reach (Config.ReplayHorizon).
+	DefaultReplayHorizon = 1 << 16
+	// DefaultCallTimeout bounds each Redis call (Config.CallTimeout).
+	DefaultCallTimeout = 5 * time.Second
+)
+
+// NamePattern is what a pipeline name and a key prefix may be: 1 to 100
+// letters, digits, '.', '_' or '-'. Both become part of every key, and the
+// pipeline name of metric labels.
+var NamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+
+// Config configures a Filter.
+type Config struct {
+	// Pipeline namespaces the keys, as NamePattern allows. Required.
+	Pipeline string
+	// KeyPrefix starts every key, as NamePattern allows. Default:
+	// DefaultKeyPrefix.
+	KeyPrefix string
+	// Plan is the filter sizing, from NewPlan.
+	Plan Plan
+	// Windows chooses buckets from event times.
+	Windows Windows
+	// MaxFutureSkew: events further ahead of the clock are not filtered
+	// (verdict Future). Default: one window length.
+	MaxFutureSkew time.Duration
+	// ReplayHorizon is how many offsets back per partition the decision
+	// record reaches. It must exceed the offsets a consumer can have decided
+	// but not committed. Changing it starts new filters. A multiple of 64
+	// from 1024 to 2^30. Default: DefaultReplayHorizon.
+	ReplayHorizon int64
+	// CallTimeout bounds each Redis call; at least 1ms. Default:
+	// DefaultCallTimeout.
+	CallTimeout time.Duration
+	// MinReplicas: when above zero, a test-and-set call fails with
+	// ErrTooFewReplicas (inside ErrRedis: retry it) unless its writes
+	// reached this many replicas within half the time left of the call;
+	// see "Replicas and failover" in the package doc for why, how and what
+	// it costs. The client must be a *redis.Client or a
+	// *redis.ClusterClient. Default: 0 (no WAIT).
+	MinReplicas int
+	// GrowthWait bounds how long a test-and-set waits for a stage its
+	// batch needs and that is not made yet (see Growth in the package
+	// doc); then it fails with ErrGrowthWait, having decided nothing. A
+	// make it started itself just before the bound may run past it, by at
+	// most that stage's make time-out (CallTimeout plus 100 ms per MiB).
+	// Default: CallTimeout plus 100 ms per MiB of the largest stage's
+	// shard, what making one may take.
+	GrowthWait time.Duration
+	// Now is the clock: every decision that depends on the present (Late,
+	// Future, the records' expiry) reads it, and so does the maintenance
+	// through Filter.Now. Tests inject one close to the real clock: Redis
+	// applies expiries with its own. Default: time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if len(c.Plan.Stages) == 0 {
+		c.Plan.Stages = []Stage{{Capacity: c.Plan.Elements, CapacityPerShard: perShardCount(c.Plan.Elements, max(c.Plan.Shards, 1)),
+			FPR: c.Plan.AchievedFPR, ShardBits: c.Plan.ShardBits, Memory: c.Plan.Memory}}
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.MaxFutureSkew == 0 {
+		c.MaxFutureSkew = c.Windows.Length
+	}
+	if c.ReplayHorizon == 0 {
+		c.ReplayHorizon = DefaultReplayHorizon
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.GrowthWait == 0 {
+		var largest uint64
+		for _, st := range c.Plan.Stages {
+			largest = max(largest, st.ShardBits/8)
+		}
+		c.GrowthWait = makeTimeout(c.CallTimeout, largest)
+	}
+}
+
+func (c *Config) validate() error {
+	if !NamePattern.MatchString(c.Pipeline) {
+		return fmt.Errorf("pipeline name %q: want 1 to 100 letters, digits, '.', '_' or '-'", c.Pipeline)
+	}
+	if !NamePattern.MatchString(c.KeyPrefix) {
+		return fmt.Errorf("key prefix %q: want 1 to 100 letters, digits, '.', '_' or '-'", c.KeyPrefix)
+	}
+	if c.Plan.Shards < 1 || c.Plan.ShardBits < WordBits || c.Plan.ShardBits%WordBits != 0 || c.Plan.ShardBits > MaxKeyBits ||
+		c.Plan.Layout.Words < 1 || c.Plan.Layout.Words > MaxWords || c.Plan.Layout.BitsPerWord < 1 || c.Plan.Layout.BitsPerWord > WordBits {
+		return fmt.Errorf("plan %+v is not one NewPlan makes", c.Plan)
+	}
+	if err := c.Windows.validate(); err != nil {
+		return err
+	}
+	if c.MaxFutureSkew < 0 {
+		return fmt.Errorf("max future skew is %v, want 0 or more", c.MaxFutureSkew)
+	}
+	if c.ReplayHorizon < 1024 || c.ReplayHorizon > 1<<30 || c.ReplayHorizon%64 != 0 {
+		return fmt.Errorf("replay horizon is %d, want a multiple of 64 from 1024 to 2^30", c.ReplayHorizon)
+	}
+	if c.CallTimeout < time.Millisecond {
+		return fmt.Errorf("call timeout is %v, want at least 1ms", c.CallTimeout)
+	}
+	if c.MinReplicas < 0 {
+		return fmt.Errorf("min replicas is %d, want 0 or more", c.MinReplicas)
+	}
+	if c.GrowthWait < time.Millisecond {
+		return fmt.Errorf("growth wait is %v, want at least 1ms", c.GrowthWait)
+	}
+	return nil
+}

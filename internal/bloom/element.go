@@ -1,0 +1,77 @@
+package bloom
+
+// What the caller passes in (elements and their sources) and gets back
+// (verdicts).
+
+import (
+	"fmt"
+	"time"
+)
+
+// Source is where an element was read: a Kafka topic, partition and offset.
+type Source struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+func (s Source) String() string { return fmt.Sprintf("%s/%d/%d", s.Topic, s.Partition, s.Offset) }
+
+// MaxOffset is the largest source offset accepted: Lua numbers are exact to
+// 2^53, and offsets are kept with room to spare.
+const MaxOffset = 1<<52 - 1
+
+// Element is one event to deduplicate.
+type Element struct {
+	// ID identifies the event; copies of an event share it. Any bytes, not
+	// empty.
+	ID []byte
+	// Time is the event time; it chooses the window bucket.
+	Time time.Time
+	// Source is unique per event read; replays of it get the same verdict.
+	Source Source
+}
+
+// Verdict is the decision on one element.
+type Verdict uint8
+
+const (
+	// FirstSeen: not seen before in the window; forward it.
+	FirstSeen Verdict = iota + 1
+	// Duplicate: seen before in the window; drop it.
+	Duplicate
+	// ReplayedFirstSeen: this source offset was decided FirstSeen before;
+	// forward it again.
+	ReplayedFirstSeen
+	// ReplayedDuplicate: this source offset was decided Duplicate before.
+	ReplayedDuplicate
+	// ReplayUnknown: this source offset was decided before, further back
+	// than the decision record reaches; forwarded, as losing it would be
+	// worse than passing a copy.
+	ReplayUnknown
+	// Late: the event is processed at or after its Windows.Deadline, its
+	// bucket's end plus MaxLag, by the caller's clock or the Redis
+	// server's: its keys may be gone, so it is not deduplicated (no key is
+	// written). A replay is judged by the clock at the replay: an offset
+	// recorded forward (first seen, late or future) whose event is late
+	// now is Late again, so a caller's policy for late events holds on
+	// replays; the record keeps one bit per offset, forward or drop, so a
+	// first-seen event replayed after its deadline is Late too.
+	Late
+	// Future: the event's bucket is after the bucket of the clock plus
+	// Config.MaxFutureSkew; not deduplicated, no key written. A replay of
+	// it is Future while it still is, and ReplayedFirstSeen after.
+	Future
+)
+
+var verdictNames = [...]string{"invalid", "first_seen", "duplicate", "replayed_first_seen", "replayed_duplicate", "replay_unknown", "late", "future"}
+
+func (v Verdict) String() string {
+	if int(v) < len(verdictNames) {
+		return verdictNames[v]
+	}
+	return verdictNames[0]
+}
+
+// Forward reports whether the element is to be passed on.
+func (v Verdict) Forward() bool { return v != Duplicate && v != ReplayedDuplicate }

@@ -1,0 +1,45 @@
+package bloom
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Preallocate creates the keys of the bucket of t at full size with their
+// TTL, unless they exist. Growing a string of hundreds of megabytes stalls
+// Redis; doing it ahead of the bucket's first event keeps the stall off the
+// hot path, and a key made in one piece takes no more memory than its size
+// class. Each shard's key is sent as a zero-filled value.
+func (f *Filter) Preallocate(ctx context.Context, t time.Time) error {
+	b := f.cfg.Windows.Bucket(t)
+	exp := time.Unix(f.cfg.Windows.ExpireAt(b), 0)
+	if !exp.After(f.cfg.Now()) {
+		return nil
+	}
+	var zeros []byte
+	for s := 0; s < f.plan.Shards; s++ {
+		key := f.FilterKey(s, b)
+		cctx, cancel := f.callCtx(ctx)
+		n, err := f.client.Exists(cctx, key).Result()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w: checking %s: %w", ErrRedis, key, err)
+		}
+		if n == 1 {
+			continue
+		}
+		if zeros == nil {
+			zeros = make([]byte, f.plan.ShardBits/8)
+		}
+		cctx, cancel = f.callCtx(ctx)
+		err = f.client.SetArgs(cctx, key, zeros, redis.SetArgs{Mode: "NX", ExpireAt: exp}).Err()
+		cancel()
+		if err != nil && err != redis.Nil {
+			return fmt.Errorf("%w: preallocating %s: %w", ErrRedis, key, err)
+		}
+	}
+	return nil
+}
