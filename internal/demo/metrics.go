@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/http"
 	"slices"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"dedupe-worker/internal/promtext"
 )
 
 // counters are what one scrape of a worker's /metrics says.
@@ -84,30 +82,13 @@ func (c *counters) add(o counters) {
 	}
 }
 
-var scrapeClient = &http.Client{Timeout: 2 * time.Second}
-
 // scrape reads the dedupe counters from the Prometheus text at url, with
 // Prometheus's own parser.
 func scrape(ctx context.Context, url string) (counters, error) {
 	c := counters{verdicts: map[string]float64{}, dead: map[string]float64{}, waitBuckets: map[float64]float64{}}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	fams, err := promtext.Scrape(ctx, url)
 	if err != nil {
 		return c, err
-	}
-	resp, err := scrapeClient.Do(req)
-	if err != nil {
-		return c, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return c, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return c, fmt.Errorf("%s: %w", url, err)
 	}
 	// Each counter, summed over its series, or by one label.
 	sum := func(name string) float64 {

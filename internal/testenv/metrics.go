@@ -3,42 +3,21 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
-	"time"
+
+	"dedupe-worker/internal/promtext"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // Metrics are the metric families one scrape returned, by name.
 type Metrics map[string]*dto.MetricFamily
 
-// Scrape reads url (a /metrics endpoint) with the Prometheus text parser.
-// The request has a 2 s deadline.
+// Scrape reads url (a /metrics endpoint) with the Prometheus text parser
+// (promtext.Scrape: a 2 s deadline).
 func Scrape(ctx context.Context, url string) (Metrics, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
-	}
-	return fams, nil
+	return promtext.Scrape(ctx, url)
 }
 
 // Has reports whether the scrape holds a series of family name whose
