@@ -20,6 +20,7 @@ import (
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/syncbuf"
 	"dedupe-worker/internal/testenv"
+	"dedupe-worker/internal/testenv/replicas"
 )
 
 // PrometheusDirVar names a directory holding prometheus and promtool
@@ -86,8 +87,8 @@ func TestDashboardQueriesOnPrometheus(t *testing.T) {
 	const pipeline = "prom"
 	var targets []string
 	for range 2 {
-		cfg := testenv.Config(pipeline, k.Addrs(), srv.Addr)
-		r := testenv.StartReplica(t, cfg, app.Run, nil)
+		cfg := replicas.Config(pipeline, k.Addrs(), srv.Addr)
+		r := replicas.Start(t, cfg, app.Run, nil)
 		defer r.Stop()
 		targets = append(targets, r.Config.HTTPAddr)
 	}

@@ -20,6 +20,7 @@ import (
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/syncbuf"
 	"dedupe-worker/internal/testenv"
+	"dedupe-worker/internal/testenv/replicas"
 )
 
 var clickID = regexp.MustCompile(`"click_id":"(click-[0-9a-f]+-[0-9]+)"`)
@@ -86,9 +87,9 @@ func TestGenerateCount(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"in": 4, "out": 4, "dlq": 1})
 	brokers := k.Addrs()
 	srv := testenv.Redis(t)
-	cfg := testenv.Config("clicks", brokers, srv.Addr)
+	cfg := replicas.Config("clicks", brokers, srv.Addr)
 	cfg.IDField, cfg.TimeField, cfg.FalsePositiveRate = "click_id", "ts", 1e-9
-	worker := testenv.StartReplica(t, cfg, app.Run, nil)
+	worker := replicas.Start(t, cfg, app.Run, nil)
 	defer func() {
 		if err := worker.Stop(); err != nil {
 			t.Errorf("worker: %v", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"dedupe-worker/internal/testenv"
+	"dedupe-worker/internal/testenv/replicas"
 )
 
 // The whole worker from its configuration: it becomes ready, forwards,
@@ -19,9 +20,9 @@ import (
 func TestRunLifecycle(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"in": 2, "out": 2, "dlq": 2})
 	srv := testenv.Redis(t)
-	cfg := testenv.Config("life", k.Addrs(), srv.Addr)
+	cfg := replicas.Config("life", k.Addrs(), srv.Addr)
 	cfg.RedisTimeout = 300 * time.Millisecond
-	r := testenv.StartReplica(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, Run, nil)
 	produce := func(from, to int) {
 		var recs []*kgo.Record
 		for i := from; i < to; i++ {

@@ -12,6 +12,7 @@ import (
 	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/testenv"
+	"dedupe-worker/internal/testenv/replicas"
 )
 
 // The worker at 9 times its planned IDs per window: the window grows, and
@@ -23,11 +24,11 @@ func TestNineTimesThePlan(t *testing.T) {
 	srv := testenv.Redis(t)
 	recs, tr := clickstream.Generate(20_000, 0.07, 0, 9)
 	k.Produce("in", recs...)
-	run := func(pipeline, out string, growth float64) (clickstream.Report, *testenv.Replica) {
-		cfg := testenv.Config(pipeline, k.Addrs(), srv.Addr)
+	run := func(pipeline, out string, growth float64) (clickstream.Report, *replicas.Replica) {
+		cfg := replicas.Config(pipeline, k.Addrs(), srv.Addr)
 		cfg.IDField, cfg.TimeField, cfg.OutputTopic = "click_id", "ts", out
 		cfg.ExpectedPerWindow, cfg.MaxGrowth = int64(len(tr.Valid)/9), growth
-		r := testenv.StartReplica(t, cfg, Run, nil)
+		r := replicas.Start(t, cfg, Run, nil)
 		settle(t, len(recs), r)
 		return clickstream.Check(tr, k.Read(out), nil), r
 	}
@@ -67,14 +68,14 @@ func TestSpikeAboveThePlan(t *testing.T) {
 			k.Produce("in", recs...)
 			core, logs := observer.New(zapcore.InfoLevel)
 			log := zap.New(zapcore.NewTee(testenv.Logger(t, zapcore.WarnLevel).Core(), core))
-			cfg := testenv.Config("spike", k.Addrs(), srv.Addr)
+			cfg := replicas.Config("spike", k.Addrs(), srv.Addr)
 			cfg.IDField, cfg.TimeField = "click_id", "ts"
 			cfg.ExpectedPerWindow, cfg.MaxGrowth, cfg.FalsePositiveRate = c.expected, 64, 1e-9
 			cfg.BatchSize = config.Defaults().BatchSize
 			start := time.Now()
-			a := testenv.StartReplica(t, cfg, Run, log)
+			a := replicas.Start(t, cfg, Run, log)
 			cfg.HTTPAddr = redisproc.FreeAddr()
-			b := testenv.StartReplica(t, cfg, Run, log)
+			b := replicas.Start(t, cfg, Run, log)
 			settle(t, len(recs), a, b)
 			took := time.Since(start)
 
@@ -87,7 +88,7 @@ func TestSpikeAboveThePlan(t *testing.T) {
 			// What the spike cost.
 			var made, refused float64
 			var decided []float64
-			for _, r := range []*testenv.Replica{a, b} {
+			for _, r := range []*replicas.Replica{a, b} {
 				m := r.Metrics()
 				made += m.Value("dedupe_filter_stages_made_total")
 				refused += m.Value("dedupe_filter_growth_refused_total")

@@ -14,6 +14,7 @@ import (
 	"dedupe-worker/internal/consumer"
 	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/testenv"
+	"dedupe-worker/internal/testenv/replicas"
 )
 
 // fate is what the worker is to make of one input record: forwarded with
@@ -138,10 +139,10 @@ func runSourceCase(t *testing.T, k *testenv.Kafka, redisAddr string, tc sourceCa
 	for _, topic := range []string{in, out, dlq} {
 		k.CreateTopic(topic, 1, nil)
 	}
-	cfg := testenv.Config("src-"+tc.name, k.Addrs(), redisAddr)
+	cfg := replicas.Config("src-"+tc.name, k.Addrs(), redisAddr)
 	cfg.InputTopic, cfg.OutputTopic, cfg.DLQTopic = in, out, dlq
 	cfg.IDFrom, cfg.IDField, cfg.IDHeader, cfg.TimeField, cfg.TimeHeader = tc.from, tc.field, tc.idHeader, tc.timeField, tc.timeHeader
-	r := testenv.StartReplica(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, Run, nil)
 	k.Produce(in, tc.recs...)
 
 	var dups, firsts int

@@ -22,6 +22,7 @@ import (
 	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/testenv"
+	"dedupe-worker/internal/testenv/replicas"
 )
 
 // kafkaRight is one right of the README's Kafka ACLs: an operation the
@@ -276,7 +277,7 @@ func TestRunUnderTheREADMEKafkaACLs(t *testing.T) {
 	cfg := aclConfig(k, srv.Addr, pass)
 	logs, logger := newCapture(t)
 	start := time.Now()
-	r := testenv.StartReplica(t, cfg, Run, logger)
+	r := replicas.Start(t, cfg, Run, logger)
 	endToEnd(t, k, r)
 	m := r.Metrics()
 	if err := r.Stop(); err != nil {
@@ -418,7 +419,7 @@ func TestRunWithoutEachKafkaRight(t *testing.T) {
 			logs, logger := newCapture(t)
 
 			start := time.Now()
-			r := testenv.StartReplica(t, cfg, Run, logger)
+			r := replicas.Start(t, cfg, Run, logger)
 			wasReady := false
 			if !testenv.Until(failBound, func() bool {
 				select {
@@ -459,7 +460,7 @@ func TestRunWithoutEachKafkaRight(t *testing.T) {
 			// The right given back, a new worker finishes the job.
 			k.AddACL(missing.acl("User:" + aclWorkerUser))
 			cfg.HTTPAddr = redisproc.FreeAddr()
-			r2 := testenv.StartReplica(t, cfg, Run, logger)
+			r2 := replicas.Start(t, cfg, Run, logger)
 			decided := testenv.Until(30*time.Second, func() bool {
 				return clickstream.DistinctSources(k.Read(cfg.OutputTopic)) >= len(tr.Valid) &&
 					clickstream.DistinctSources(k.Read(cfg.DLQTopic)) >= tr.Malformed

@@ -14,6 +14,7 @@ import (
 	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/testenv"
+	"dedupe-worker/internal/testenv/replicas"
 )
 
 // lagInput is click events with event times from 'from' on, 100 ms apart,
@@ -68,7 +69,7 @@ func lagInput(n int, from time.Time) (recs []*kgo.Record, pos []time.Time, tr cl
 // (replays are counted apart), forwardable how many of those and of the
 // replays are to be forwarded (or dead-lettered as late), and forwarded
 // how many were.
-func fresh(rs ...*testenv.Replica) (decided, forwardable, forwarded float64) {
+func fresh(rs ...*replicas.Replica) (decided, forwardable, forwarded float64) {
 	for _, r := range rs {
 		m := r.Metrics()
 		for _, v := range []string{"first_seen", "duplicate", "late", "future"} {
@@ -87,7 +88,7 @@ func fresh(rs ...*testenv.Replica) (decided, forwardable, forwarded float64) {
 
 // settle waits until the replicas decided n offsets afresh and delivered
 // everything they decided.
-func settle(t *testing.T, n int, rs ...*testenv.Replica) {
+func settle(t *testing.T, n int, rs ...*replicas.Replica) {
 	t.Helper()
 	testenv.Eventually(t, 90*time.Second, fmt.Sprintf("%d offsets decided and delivered", n), func() bool {
 		d, f, fw := fresh(rs...)
@@ -124,7 +125,7 @@ func TestBacklogIsDeduplicatedAsLive(t *testing.T) {
 	recs, pos, tr := lagInput(6000, from)
 
 	cfgFor := func(pipeline, out string) config.Config {
-		c := testenv.Config(pipeline, k.Addrs(), srv.Addr)
+		c := replicas.Config(pipeline, k.Addrs(), srv.Addr)
 		c.TimeField, c.OutputTopic = "ts", out
 		return c
 	}
@@ -132,7 +133,7 @@ func TestBacklogIsDeduplicatedAsLive(t *testing.T) {
 	// decided before the next, with the clock a second past the part's
 	// newest event: every event is decided within 30 s of its event time.
 	var clock atomic.Int64
-	live := testenv.StartReplica(t, cfgFor("live", "out-live"), RunAt(func() time.Time { return time.Unix(0, clock.Load()) }), nil)
+	live := replicas.Start(t, cfgFor("live", "out-live"), RunAt(func() time.Time { return time.Unix(0, clock.Load()) }), nil)
 	for lo := 0; lo < len(recs); {
 		hi := lo
 		for hi < len(recs) && pos[hi].Sub(pos[lo]) < 30*time.Second {
@@ -147,8 +148,8 @@ func TestBacklogIsDeduplicatedAsLive(t *testing.T) {
 	// Backlog: the same offsets in another pipeline, read by two replicas
 	// 45 to 55 minutes after the event times. The test configuration's lag
 	// bound is the default, 1h.
-	a := testenv.StartReplica(t, cfgFor("backlog", "out-backlog"), atStart, nil)
-	b := testenv.StartReplica(t, cfgFor("backlog", "out-backlog"), atStart, nil)
+	a := replicas.Start(t, cfgFor("backlog", "out-backlog"), atStart, nil)
+	b := replicas.Start(t, cfgFor("backlog", "out-backlog"), atStart, nil)
 	settle(t, len(recs), a, b)
 	outLive, outBacklog := k.Read("out-live"), k.Read("out-backlog")
 	for name, out := range map[string][]*kgo.Record{"live": outLive, "backlog": outBacklog} {
@@ -160,7 +161,7 @@ func TestBacklogIsDeduplicatedAsLive(t *testing.T) {
 	if l, bl := idsOf(outLive), idsOf(outBacklog); !maps.Equal(l, bl) || len(l) != len(tr.Valid) {
 		t.Errorf("live forwarded %d IDs, the backlog %d; the sets differ or miss some of %d", len(l), len(bl), len(tr.Valid))
 	}
-	for _, r := range []*testenv.Replica{a, b} {
+	for _, r := range []*replicas.Replica{a, b} {
 		if m := r.Metrics(); m.Value("dedupe_verdicts_total", "verdict", "late") != 0 || !m.Has("dedupe_event_lag_seconds") {
 			t.Errorf("late verdicts or no lag histogram:\n%s", m.Show("dedupe_verdicts_total"))
 		}
@@ -172,7 +173,7 @@ func TestBacklogIsDeduplicatedAsLive(t *testing.T) {
 	// Replay: every offset again, in a new group of the backlog pipeline.
 	rcfg := cfgFor("backlog", "out-replay")
 	rcfg.GroupID = "dedupe-backlog-replay"
-	r := testenv.StartReplica(t, rcfg, atStart, nil)
+	r := replicas.Start(t, rcfg, atStart, nil)
 	testenv.Eventually(t, 90*time.Second, "every offset replayed", func() bool {
 		m := r.Metrics()
 		return m.Value("dedupe_verdicts_total", "verdict", "replayed_first_seen")+m.Value("dedupe_verdicts_total", "verdict", "replayed_duplicate") == float64(len(recs)) &&
@@ -219,21 +220,21 @@ func copies(recs []*kgo.Record) []*kgo.Record {
 // has decided all of that. Redis expires keys by its own clock, so at is
 // chosen so that the keys written live are not past their deadline by the
 // real clock.
-func playOutage(t *testing.T, k *testenv.Kafka, redisAddr string, n int, at time.Time, tune func(*config.Config)) *testenv.Replica {
+func playOutage(t *testing.T, k *testenv.Kafka, redisAddr string, n int, at time.Time, tune func(*config.Config)) *replicas.Replica {
 	t.Helper()
 	now := at.Add(45 * time.Minute)
 	var clock atomic.Int64
 	clock.Store(at.Add(5 * time.Second).UnixNano())
 	run := RunAt(func() time.Time { return time.Unix(0, clock.Load()) })
 	cfg := func() config.Config {
-		c := testenv.Config("outage", k.Addrs(), redisAddr)
+		c := replicas.Config("outage", k.Addrs(), redisAddr)
 		c.TimeField = "ts"
 		tune(&c)
 		return c
 	}
 	first := clicks("first", n, at, time.Millisecond)
 	k.Produce("in", first...)
-	before := testenv.StartReplica(t, cfg(), run, nil)
+	before := replicas.Start(t, cfg(), run, nil)
 	settle(t, n, before)
 	if got := before.Metrics().Value("dedupe_verdicts_total", "verdict", "first_seen"); got != float64(n) {
 		t.Fatalf("live: %g first seen, want %d", got, n)
@@ -246,7 +247,7 @@ func playOutage(t *testing.T, k *testenv.Kafka, redisAddr string, n int, at time
 	k.Produce("in", copies(first)...)
 	k.Produce("in", clicks("new", n, now.Add(-time.Second), time.Millisecond)...)
 	k.Produce("in", clicks("ahead", n, now.Add(2*time.Hour), time.Millisecond)...)
-	after := testenv.StartReplica(t, cfg(), run, nil)
+	after := replicas.Start(t, cfg(), run, nil)
 	settle(t, 3*n, after)
 	return after
 }
@@ -346,7 +347,7 @@ func TestBeyondTheBound(t *testing.T) {
 func TestDailyWindowAcrossMidnight(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"in": 2, "out": 2, "dlq": 1})
 	midnight := testenv.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)
-	cfg := testenv.Config("daily", k.Addrs(), testenv.Redis(t).Addr)
+	cfg := replicas.Config("daily", k.Addrs(), testenv.Redis(t).Addr)
 	cfg.TimeField, cfg.Window, cfg.WindowMode = "ts", 24*time.Hour, "fixed"
 	clock := midnight.Add(10 * time.Minute)
 	// Fifteen minutes of events, ten before midnight, each sent twice: the
@@ -355,7 +356,7 @@ func TestDailyWindowAcrossMidnight(t *testing.T) {
 	input := append(append([]*kgo.Record{}, recs[:450]...), copies(recs[:450])...)
 	input = append(append(input, recs[450:]...), copies(recs[450:])...)
 	k.Produce("in", input...)
-	r := testenv.StartReplica(t, cfg, RunAt(func() time.Time { return clock }), nil)
+	r := replicas.Start(t, cfg, RunAt(func() time.Time { return clock }), nil)
 	settle(t, len(input), r)
 	m := r.Metrics()
 	for verdict, want := range map[string]float64{"first_seen": 900, "duplicate": 900, "late": 0} {
@@ -374,9 +375,9 @@ func TestStartAtLatest(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"in": 2, "out": 2, "dlq": 1})
 	now := testenv.Now()
 	k.Produce("in", clicks("old", 200, now.Add(-time.Minute), time.Millisecond)...)
-	cfg := testenv.Config("latest", k.Addrs(), testenv.Redis(t).Addr)
+	cfg := replicas.Config("latest", k.Addrs(), testenv.Redis(t).Addr)
 	cfg.TimeField, cfg.StartOffset = "ts", "latest"
-	r := testenv.StartReplica(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, Run, nil)
 	cl, err := kgo.NewClient(k.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)

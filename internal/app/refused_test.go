@@ -17,6 +17,7 @@ import (
 	"dedupe-worker/internal/consumer"
 	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/testenv"
+	"dedupe-worker/internal/testenv/replicas"
 )
 
 // The output topic refuses the 600 kB events (its max.message.bytes is
@@ -28,9 +29,9 @@ func TestOutputRefusesLargeEvents(t *testing.T) {
 	srv := testenv.Redis(t)
 	recs, tr := clickstream.Generate(3000, 0.07, 0.01, 7)
 	k.Produce("in", recs...)
-	cfg := testenv.Config("refused", k.Addrs(), srv.Addr)
+	cfg := replicas.Config("refused", k.Addrs(), srv.Addr)
 	cfg.IDField, cfg.TimeField = "click_id", "ts"
-	r := testenv.StartReplica(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, Run, nil)
 	want := len(tr.Valid) - 1 // "big" is refused
 	var nout, ndead int
 	ok := testenv.Until(30*time.Second, func() bool {
@@ -93,9 +94,9 @@ func TestDeadLetterRefusedStopsTheWorker(t *testing.T) {
 		}
 		return false
 	}})
-	cfg := testenv.Config("dlqrefused", k.Addrs(), srv.Addr)
+	cfg := replicas.Config("dlqrefused", k.Addrs(), srv.Addr)
 	cfg.IDField, cfg.TimeField = "click_id", "ts"
-	r := testenv.StartReplica(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, Run, nil)
 	select {
 	case <-r.Done():
 	case <-time.After(time.Minute):
@@ -124,9 +125,9 @@ func TestHugeIDRefusedByBothTopics(t *testing.T) {
 		{Value: fmt.Appendf(nil, `{"click_id":%q,"ts":%d}`, huge, time.Now().UnixMilli())},
 		{Value: fmt.Appendf(nil, `{"click_id":"b","ts":%d}`, time.Now().UnixMilli())}}
 	k.Produce("in", recs...)
-	cfg := testenv.Config("hugeid", k.Addrs(), srv.Addr)
+	cfg := replicas.Config("hugeid", k.Addrs(), srv.Addr)
 	cfg.IDField, cfg.TimeField = "click_id", "ts"
-	r := testenv.StartReplica(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, Run, nil)
 	ok := testenv.Until(30*time.Second, func() bool {
 		return clickstream.DistinctSources(k.Read("out")) >= 2 && len(k.Read("dlq")) >= 1
 	})

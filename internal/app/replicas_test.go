@@ -6,6 +6,7 @@ import (
 
 	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/testenv"
+	"dedupe-worker/internal/testenv/replicas"
 )
 
 // Two replicas share the work of one group; one is stopped while busy and
@@ -22,13 +23,13 @@ func TestTwoReplicasEndToEnd(t *testing.T) {
 		k.Produce("in", recs[next:end]...)
 		next = end
 	}
-	start := func() *testenv.Replica {
-		c := testenv.Config("e2e", k.Addrs(), srv.Addr)
+	start := func() *replicas.Replica {
+		c := replicas.Config("e2e", k.Addrs(), srv.Addr)
 		c.IDField, c.TimeField = "click_id", "ts"
 		c.BatchSize, c.BatchLinger = 500, 50*time.Millisecond
-		return testenv.StartReplica(t, c, Run, nil)
+		return replicas.Start(t, c, Run, nil)
 	}
-	forwarded := func(r *testenv.Replica) float64 { return r.Metrics().Value("dedupe_events_forwarded_total") }
+	forwarded := func(r *replicas.Replica) float64 { return r.Metrics().Value("dedupe_events_forwarded_total") }
 	a, b := start(), start()
 
 	// Input trickles in until both replicas forward: each then holds some

@@ -28,6 +28,7 @@ import (
 	"dedupe-worker/internal/syncbuf"
 	"dedupe-worker/internal/testcerts"
 	"dedupe-worker/internal/testenv"
+	"dedupe-worker/internal/testenv/replicas"
 )
 
 // password is a fresh random password, so that finding it in output
@@ -71,13 +72,13 @@ func startSecureKafka(t *testing.T, pair *tlsPair, mech, user, pass string) *tes
 type tlsPair struct{ server, client *tls.Config }
 
 func secureConfig(brokers, redisAddrs []string) config.Config {
-	cfg := testenv.Config("sec", brokers, redisAddrs...)
+	cfg := replicas.Config("sec", brokers, redisAddrs...)
 	cfg.LogLevel = "debug"
 	return cfg
 }
 
 // unready checks for d that the worker keeps running and is never ready.
-func unready(t *testing.T, r *testenv.Replica, d time.Duration) {
+func unready(t *testing.T, r *replicas.Replica, d time.Duration) {
 	t.Helper()
 	testenv.Throughout(t, d, "running and unready", func() bool {
 		select {
@@ -92,7 +93,7 @@ func unready(t *testing.T, r *testenv.Replica, d time.Duration) {
 // endToEnd feeds 30 events (20 distinct IDs) and a malformed one through a
 // running worker and checks what reaches the output and dead-letter
 // topics: each first-seen event once, the malformed one with its reason.
-func endToEnd(t *testing.T, k *testenv.Kafka, r *testenv.Replica) {
+func endToEnd(t *testing.T, k *testenv.Kafka, r *replicas.Replica) {
 	t.Helper()
 	var recs []*kgo.Record
 	for i := 0; i < 30; i++ {
@@ -188,7 +189,7 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	cfg.RedisTLSCAFile, cfg.RedisTLSCertFile, cfg.RedisTLSKeyFile = certs.CAFile, certs.ClientCertFile, certs.ClientKeyFile
 
 	start := time.Now()
-	r := testenv.StartReplica(t, cfg, Run, logger)
+	r := replicas.Start(t, cfg, Run, logger)
 	endToEnd(t, k, r)
 	_, metrics := r.Get("/metrics")
 	if err := r.Stop(); err != nil {
@@ -213,7 +214,7 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	wrongKafka := cfg
 	wrongKafka.HTTPAddr = redisproc.FreeAddr()
 	wrongKafka.KafkaSASLPassword = config.Secret(kafkaPass + "x")
-	err = testenv.StartReplica(t, wrongKafka, Run, logger).Fails(10 * time.Second)
+	err = replicas.Start(t, wrongKafka, Run, logger).Fails(10 * time.Second)
 	logger.Error("exiting", zap.Error(err)) // as the binary does
 	t.Logf("wrong Kafka password: %v", err)
 	for _, name := range []string{"DEDUPE_KAFKA_SASL_USERNAME", "DEDUPE_KAFKA_SASL_PASSWORD"} {
@@ -226,7 +227,7 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	wrongRedis := cfg
 	wrongRedis.HTTPAddr = redisproc.FreeAddr()
 	wrongRedis.RedisPassword = config.Secret(redisPass + "x")
-	err = testenv.StartReplica(t, wrongRedis, Run, logger).Fails(10 * time.Second)
+	err = replicas.Start(t, wrongRedis, Run, logger).Fails(10 * time.Second)
 	logger.Error("exiting", zap.Error(err))
 	t.Logf("wrong Redis password: %v", err)
 	for _, name := range []string{"DEDUPE_REDIS_USERNAME", "DEDUPE_REDIS_PASSWORD"} {
@@ -287,7 +288,7 @@ func TestRunSecuredSCRAM(t *testing.T) {
 			wrong := cfg
 			wrong.HTTPAddr = redisproc.FreeAddr()
 			wrong.KafkaSASLPassword = "not-" + config.Secret(kafkaPass)
-			err := testenv.StartReplica(t, wrong, Run, nil).Fails(10 * time.Second)
+			err := replicas.Start(t, wrong, Run, nil).Fails(10 * time.Second)
 			t.Logf("wrong password: %v", err)
 			if !strings.Contains(err.Error(), "DEDUPE_KAFKA_SASL_PASSWORD") || strings.Contains(err.Error(), kafkaPass) {
 				t.Errorf("wrong password: %v", err)
@@ -342,7 +343,7 @@ func TestRunRefusedCertificates(t *testing.T) {
 			cfg.RedisTimeout = 500 * time.Millisecond
 			tc.set(&cfg)
 			logs, logger := newCapture(t)
-			r := testenv.StartReplica(t, cfg, Run, logger)
+			r := replicas.Start(t, cfg, Run, logger)
 			if tc.fatal {
 				err := r.Fails(10 * time.Second)
 				t.Logf("%v", err)
@@ -384,7 +385,7 @@ func TestRunRedisClusterACLTLS(t *testing.T) {
 func runToEnd(t *testing.T, k *testenv.Kafka, cfg config.Config) {
 	t.Helper()
 	start := time.Now()
-	r := testenv.StartReplica(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, Run, nil)
 	endToEnd(t, k, r)
 	if err := r.Stop(); err != nil {
 		t.Fatalf("Run: %v", err)

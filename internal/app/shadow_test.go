@@ -13,6 +13,7 @@ import (
 	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/testenv"
+	"dedupe-worker/internal/testenv/replicas"
 )
 
 // shadowInput is n click events keyed by their ID (so the copies of an
@@ -67,17 +68,17 @@ func TestShadowMarksWhatDropDrops(t *testing.T) {
 	recs, valid, malformed, late := shadowInput(3000, 1)
 	// Pipeline p-NAME writes out-NAME and dlq-NAME.
 	modeConfig := func(name, mode string) config.Config {
-		cfg := testenv.Config("p-"+name, k.Addrs(), srv.Addr)
+		cfg := replicas.Config("p-"+name, k.Addrs(), srv.Addr)
 		cfg.OutputTopic, cfg.DLQTopic = "out-"+name, "dlq-"+name
 		cfg.TimeField, cfg.LatePolicy, cfg.Mode = "ts", config.LateDeadLetter, mode
 		return cfg
 	}
-	drop := testenv.StartReplica(t, modeConfig("drop", config.ModeDrop), Run, nil)
-	shadow := testenv.StartReplica(t, modeConfig("shadow", config.ModeShadow), Run, nil)
+	drop := replicas.Start(t, modeConfig("drop", config.ModeDrop), Run, nil)
+	shadow := replicas.Start(t, modeConfig("shadow", config.ModeShadow), Run, nil)
 	k.Produce("in", recs...)
 
 	n := float64(len(recs))
-	delivered := func(r *testenv.Replica, forwarded, dead float64) func() bool {
+	delivered := func(r *replicas.Replica, forwarded, dead float64) func() bool {
 		return func() bool {
 			m := r.Metrics()
 			return m.Value("dedupe_events_in_total") == n && m.Value("dedupe_events_forwarded_total") == forwarded &&
@@ -182,7 +183,7 @@ func TestShadowMarksWhatDropDrops(t *testing.T) {
 	if err := shadow.Stop(); err != nil {
 		t.Fatalf("stopping shadow: %v", err)
 	}
-	switched := testenv.StartReplica(t, modeConfig("shadow", config.ModeDrop), Run, nil)
+	switched := replicas.Start(t, modeConfig("shadow", config.ModeDrop), Run, nil)
 	var again []*kgo.Record
 	for id := range firstOf {
 		again = append(again, &kgo.Record{Key: []byte(id), Value: fmt.Appendf(nil, `{"id":%q,"ts":%d}`, id, time.Now().UnixMilli())})

@@ -11,6 +11,7 @@ import (
 	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/consumer"
 	"dedupe-worker/internal/testenv"
+	"dedupe-worker/internal/testenv/replicas"
 )
 
 // A stage that fails for good stops the worker: the output topic refuses
@@ -29,10 +30,10 @@ func TestDeadStageStopsTheWorker(t *testing.T) {
 
 	refusal := k.RefuseProduce("out", kerr.TopicAuthorizationFailed)
 
-	cfg := testenv.Config("stage", k.Addrs(), srv.Addr)
+	cfg := replicas.Config("stage", k.Addrs(), srv.Addr)
 	cfg.IDField, cfg.TimeField = "click_id", "ts"
 	cfg.BatchSize = 100
-	r := testenv.StartReplica(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, Run, nil)
 	// The failure ends the run within the reader's close bound and the
 	// clients' (the calls it cancels return at once).
 	const limit = 30 * time.Second
@@ -66,8 +67,8 @@ func TestDeadStageStopsTheWorker(t *testing.T) {
 	// Write given back: a new worker reads the same offsets (nothing was
 	// committed), replays the recorded decisions and forwards the rest.
 	refusal.Stop()
-	cfg.HTTPAddr = testenv.Config("stage", k.Addrs(), srv.Addr).HTTPAddr
-	r2 := testenv.StartReplica(t, cfg, Run, nil)
+	cfg.HTTPAddr = replicas.Config("stage", k.Addrs(), srv.Addr).HTTPAddr
+	r2 := replicas.Start(t, cfg, Run, nil)
 	decided := testenv.Until(60*time.Second, func() bool {
 		return clickstream.DistinctSources(k.Read("out")) >= len(tr.Valid) && clickstream.DistinctSources(k.Read("dlq")) >= tr.Malformed
 	})

@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"slices"
 	"time"

@@ -1,4 +1,8 @@
-package testenv
+// Package replicas runs whole workers (the application's Run with a
+// config.Config) inside a test's process. It is apart from testenv so that
+// the engine's and the worker's own tests, which use testenv, do not link
+// the application's settings.
+package replicas
 
 import (
 	"context"
@@ -12,6 +16,7 @@ import (
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/redisproc"
+	"dedupe-worker/internal/testenv"
 )
 
 // RunFunc runs a whole worker until ctx ends: the application's Run.
@@ -45,16 +50,16 @@ func Config(pipeline string, brokers []string, redisAddrs ...string) config.Conf
 	return c
 }
 
-// StartReplica validates cfg and runs a worker with it until the test
+// Start validates cfg and runs a worker with it until the test
 // ends or Stop. log may be nil: warnings and errors then go to the test's
 // log.
-func StartReplica(t testing.TB, cfg config.Config, run RunFunc, log *zap.Logger) *Replica {
+func Start(t testing.TB, cfg config.Config, run RunFunc, log *zap.Logger) *Replica {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	if log == nil {
-		log = Logger(t, zapcore.WarnLevel)
+		log = testenv.Logger(t, zapcore.WarnLevel)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Replica{Config: cfg, t: t, cancel: cancel, done: make(chan struct{})}
@@ -90,7 +95,7 @@ func (r *Replica) Stop() error {
 func (r *Replica) Fails(limit time.Duration) error {
 	r.t.Helper()
 	wasReady := false
-	returned := Until(limit, func() bool {
+	returned := testenv.Until(limit, func() bool {
 		select {
 		case <-r.done:
 			return true
@@ -151,8 +156,8 @@ func (r *Replica) Ready() bool { return r.Status("/readyz") == http.StatusOK }
 // Metrics scrapes the replica's /metrics. A replica that does not answer
 // (not listening yet, or stopped) has no series: every Value is 0 and Has
 // is false, so a wait goes on and an assertion fails.
-func (r *Replica) Metrics() Metrics {
-	m, err := Scrape(context.Background(), r.URL("/metrics"))
+func (r *Replica) Metrics() testenv.Metrics {
+	m, err := testenv.Scrape(context.Background(), r.URL("/metrics"))
 	if err != nil {
 		return nil
 	}
