@@ -8,6 +8,7 @@ package record
 
 import (
 	"bytes"
+	"errors"
 	"strconv"
 )
 
@@ -124,22 +125,39 @@ func ParseSource(v []byte) (Source, bool) {
 	return Source{Topic: string(v[:j]), Partition: p, Offset: o}, true
 }
 
-// Reason is why a message went to the dead-letter topic.
+// Reason is why a message went to the dead-letter topic. Its label
+// (String) is the ReasonHeader value and the reason label of
+// dedupe_events_dead_lettered_total; the error that sends a message there
+// carries it (Reason.Err, ReasonOf).
 type Reason uint8
 
 // The reasons.
 const (
+	// Other: an error that carries no reason.
 	Other Reason = iota
+	// NotJSON: the ID is read from JSON fields, and the value is not JSON.
 	NotJSON
+	// TooDeep: the value nests deeper than the worker parses.
 	TooDeep
+	// NoID: the JSON field of the ID is missing.
 	NoID
+	// EmptyID: the ID, or a part of a composite, is empty.
 	EmptyID
+	// BadID: the JSON field of the ID is not a string or a number.
 	BadID
+	// NoTime: the event time is missing.
 	NoTime
+	// BadTime: the event time is in no form the worker reads.
 	BadTime
+	// InvalidUTF8: the ID is a JSON string that is not valid UTF-8.
 	InvalidUTF8
+	// TooLarge: the message is too large to be written again with the
+	// headers the worker adds; its dead letter has no value.
 	TooLarge
+	// Late: processed after the lag bound, under the dead-letter policy.
 	Late
+	// Future: stamped beyond the window after the clock's, under the
+	// dead-letter policy.
 	Future
 	// Refused: the output topic refused the forwarded event as invalid
 	// (INVALID_RECORD, INVALID_TIMESTAMP, CORRUPT_MESSAGE).
@@ -157,8 +175,13 @@ const (
 	NoIDPart
 )
 
-var reasonLabels = [...]string{"other", "not_json", "too_deep", "no_id", "empty_id", "bad_id", "no_time", "bad_time", "invalid_utf8",
-	"too_large", "late", "future", "refused", "no_key", "no_header", "empty_header", "empty_value", "no_id_part"}
+// reasonLabels is the one table of the reasons: each constant's label.
+var reasonLabels = [...]string{
+	Other: "other", NotJSON: "not_json", TooDeep: "too_deep", NoID: "no_id", EmptyID: "empty_id", BadID: "bad_id",
+	NoTime: "no_time", BadTime: "bad_time", InvalidUTF8: "invalid_utf8", TooLarge: "too_large", Late: "late", Future: "future",
+	Refused: "refused", NoKey: "no_key", NoHeader: "no_header", EmptyHeader: "empty_header", EmptyValue: "empty_value",
+	NoIDPart: "no_id_part",
+}
 
 // Reasons are all the reasons, in order: loops over them (metrics made at
 // 0, tests) use this rather than the last constant.
@@ -185,6 +208,36 @@ func ParseReason(label string) Reason {
 		if l == label {
 			return Reason(i)
 		}
+	}
+	return Other
+}
+
+// Err returns a new error with the text msg that carries r: ReasonOf finds
+// r in it, and in any error that wraps it. Each call makes a distinct
+// error: make one per cause, once, and test for it with errors.Is.
+func (r Reason) Err(msg string) error { return &reasonError{reason: r, msg: msg} }
+
+// reasonError is an error of Reason.Err.
+type reasonError struct {
+	reason Reason
+	msg    string
+}
+
+func (e *reasonError) Error() string { return e.msg }
+
+// DeadLetterReason is the reason e carries.
+func (e *reasonError) DeadLetterReason() Reason { return e.reason }
+
+// ReasonOf is the reason a dead-letter error carries: that of the first
+// error in its chain with a method DeadLetterReason() Reason (the errors
+// of Reason.Err have one), or Other when none has. It reads types, never
+// the text.
+func ReasonOf(err error) Reason {
+	if r, ok := errors.AsType[interface {
+		error
+		DeadLetterReason() Reason
+	}](err); ok {
+		return r.DeadLetterReason()
 	}
 	return Other
 }

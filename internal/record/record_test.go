@@ -1,6 +1,9 @@
 package record
 
 import (
+	"errors"
+	"fmt"
+	"regexp"
 	"testing"
 )
 
@@ -19,12 +22,16 @@ func TestSourceRoundTrip(t *testing.T) {
 	}
 }
 
+// labelPattern is a Prometheus label value as the house writes them:
+// short snake_case.
+var labelPattern = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+
 func TestReasonLabels(t *testing.T) {
 	seen := map[string]bool{}
 	for _, r := range Reasons() {
 		l := r.String()
-		if l == "" || seen[l] {
-			t.Errorf("reason %d: label %q empty or repeated", r, l)
+		if !labelPattern.MatchString(l) || seen[l] {
+			t.Errorf("reason %d: label %q not snake_case, or repeated", r, l)
 		}
 		seen[l] = true
 		if ParseReason(l) != r {
@@ -36,6 +43,39 @@ func TestReasonLabels(t *testing.T) {
 	}
 }
 
+// An error says its reason however deeply it is wrapped; an error that
+// carries none is Other.
+func TestReasonOf(t *testing.T) {
+	errNoKey := NoKey.Err("element ID is the message key, and the message has none")
+	for _, tc := range []struct {
+		err  error
+		want Reason
+	}{
+		{errNoKey, NoKey},
+		{fmt.Errorf("partition 3: %w", fmt.Errorf("offset 7: %w", errNoKey)), NoKey},
+		{errors.Join(errors.New("first"), TooDeep.Err("deep")), TooDeep},
+		{carrier{Refused}, Refused},
+		{errors.New("no reason"), Other},
+		{nil, Other},
+	} {
+		if got := ReasonOf(tc.err); got != tc.want {
+			t.Errorf("ReasonOf(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+	if !errors.Is(fmt.Errorf("x: %w", errNoKey), errNoKey) || errors.Is(errNoKey, NoKey.Err(errNoKey.Error())) {
+		t.Error("the errors of Reason.Err are not distinct sentinels")
+	}
+	if errNoKey.Error() != "element ID is the message key, and the message has none" {
+		t.Errorf("text %q", errNoKey)
+	}
+}
+
+// carrier is an error of another package that says its reason.
+type carrier struct{ r Reason }
+
+func (c carrier) Error() string            { return "refused" }
+func (c carrier) DeadLetterReason() Reason { return c.r }
+
 // The verdict labels are the header values, and read back.
 func TestVerdictLabels(t *testing.T) {
 	want := map[Verdict]string{First: "first", Duplicate: "duplicate"}
@@ -43,7 +83,7 @@ func TestVerdictLabels(t *testing.T) {
 		t.Fatalf("%d verdicts, want %d", len(Verdicts()), len(want))
 	}
 	for _, v := range Verdicts() {
-		if v.String() != want[v] || string(v.Value()) != want[v] {
+		if v.String() != want[v] || string(v.Value()) != want[v] || !labelPattern.MatchString(v.String()) {
 			t.Errorf("verdict %d: label %q, value %q; want %q", v, v.String(), v.Value(), want[v])
 		}
 		if got, ok := ParseVerdict(v.Value()); !ok || got != v {
