@@ -1,5 +1,10 @@
 // Package config loads a pipeline's settings from DEDUPE_* environment
-// variables: one set per pipeline, one Deployment per set.
+// variables: one set per pipeline, one Deployment per set. It is the one
+// place that knows the variables' names: it maps them onto the settings of
+// the libraries (the worker, the producer, the engine), which own their
+// defaults and limits, and names the variable at fault when a value is out
+// of them. config.go holds the variables and their defaults, validate.go
+// their checks, ids.go the ID source, security.go TLS and SASL.
 package config
 
 import (
@@ -7,19 +12,22 @@ import (
 	"fmt"
 	"os"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"dedupe-worker/internal/consumer"
 )
 
 // Prefix starts every variable name.
 const Prefix = "DEDUPE"
 
 // Config is everything a worker needs. The variable of each field is
-// DEDUPE_ and its envconfig name.
+// DEDUPE_ and its envconfig name. A setting the application owns has its
+// default in a struct tag; one a library owns has no tag and takes the
+// library's default (Defaults).
 type Config struct {
 	// Pipeline names the pipeline: Redis keys, the default consumer group
 	// and metric labels derive from it. Required.
@@ -100,23 +108,27 @@ type Config struct {
 	// Shards is the least number of keys per window; more spread a window
 	// over the masters of a Redis Cluster. Default: 1.
 	Shards int `envconfig:"SHARDS" default:"1"`
-	// BatchSize is the most events per test-and-set. Default: 1000.
-	BatchSize int `envconfig:"BATCH_SIZE" default:"1000"`
-	// BatchLinger flushes a partial batch after this long. Default: 100ms.
-	BatchLinger time.Duration `envconfig:"BATCH_LINGER" default:"100ms"`
+	// BatchSize is the most events per test-and-set, up to
+	// consumer.MaxBatchSize. Default: consumer.DefaultBatchSize, 1000.
+	BatchSize int `envconfig:"BATCH_SIZE"`
+	// BatchLinger flushes a partial batch after this long. Default:
+	// consumer.DefaultBatchLinger, 100ms.
+	BatchLinger time.Duration `envconfig:"BATCH_LINGER"`
 	// HTTPAddr serves /metrics, /healthz and /readyz. Default: :8080.
 	HTTPAddr string `envconfig:"HTTP_ADDR" default:":8080"`
 	// LogLevel is debug, info, warn or error. Default: info.
 	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
 	// RedisTimeout bounds each Redis call. Default: 5s.
 	RedisTimeout time.Duration `envconfig:"REDIS_TIMEOUT" default:"5s"`
-	// KafkaTimeout bounds each Kafka call. Default: 10s.
-	KafkaTimeout time.Duration `envconfig:"KAFKA_TIMEOUT" default:"10s"`
+	// KafkaTimeout bounds each Kafka call, and each write to the output
+	// and dead-letter topics. Default: consumer.DefaultKafkaTimeout, 10s.
+	KafkaTimeout time.Duration `envconfig:"KAFKA_TIMEOUT"`
 	// KafkaSessionTimeout is the consumer group session timeout: how long
 	// a replica that died holds its partitions; the heartbeat interval (a
 	// tenth of it) and the rebalance timeout (a quarter, at least 1 s)
-	// derive from it (consumer.GroupTimingsFor). Default: 10s.
-	KafkaSessionTimeout time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT" default:"10s"`
+	// derive from it (consumer.GroupTimingsFor). Default:
+	// consumer.DefaultSessionTimeout, 10s.
+	KafkaSessionTimeout time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT"`
 	// ShutdownTimeout bounds the shutdown after SIGTERM. Default: 30s.
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
 
@@ -183,9 +195,11 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 var ErrInvalid = errors.New("invalid configuration")
 
 // Load reads the DEDUPE_* variables of the environment and validates them.
-// The error is one line naming the variable.
+// The error is one line naming the variable. It starts from Defaults: a
+// variable not set leaves a field without a default tag at the library's
+// default (envconfig sets only the fields with a variable or a tag).
 func Load() (Config, error) {
-	var c Config
+	c := Defaults()
 	if err := envconfig.Process(Prefix, &c); err != nil {
 		return Config{}, fmt.Errorf("%w: %s", ErrInvalid, oneLine(err))
 	}
@@ -211,10 +225,21 @@ func Load() (Config, error) {
 }
 
 // Defaults is the configuration with every variable at its default and
-// the required ones empty. The defaults are the struct tags above, the one
-// place they are written: the plan command, the demo and the tests start
-// from here.
+// the required ones empty: the struct tags above for the application's
+// own settings, the libraries' constants for theirs. Each is written in
+// one place; Load, the plan command, the demo and the tests start from
+// here.
 func Defaults() Config {
+	c := tagDefaults()
+	c.BatchSize = consumer.DefaultBatchSize
+	c.BatchLinger = consumer.DefaultBatchLinger
+	c.KafkaTimeout = consumer.DefaultKafkaTimeout
+	c.KafkaSessionTimeout = consumer.DefaultSessionTimeout
+	return c
+}
+
+// tagDefaults is the configuration with the default tags set.
+func tagDefaults() Config {
 	var c Config
 	v := reflect.ValueOf(&c).Elem()
 	for i := range v.NumField() {
@@ -284,122 +309,6 @@ func (c *Config) setDefaults() {
 	}
 }
 
-var (
-	// NamePattern is a pipeline's name, and anything else that becomes
-	// part of a Redis key or a metric label.
-	NamePattern  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
-	topicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
-)
-
-// VarError is a variable out of range; it wraps ErrInvalid.
-type VarError struct {
-	Var string // without the prefix: WINDOW
-	Msg string
-}
-
-func (e *VarError) Error() string {
-	return fmt.Sprintf("%v: %s_%s: %s", ErrInvalid, Prefix, e.Var, e.Msg)
-}
-
-func (e *VarError) Unwrap() error { return ErrInvalid }
-
-func bad(name, format string, args ...any) error {
-	return &VarError{Var: name, Msg: fmt.Sprintf(format, args...)}
-}
-
-// Validate checks every field and names the first variable out of range.
-func (c Config) Validate() error {
-	switch {
-	case !NamePattern.MatchString(c.Pipeline):
-		return bad("PIPELINE", "%q: want 1 to 100 letters, digits, '.', '_' or '-'", c.Pipeline)
-	case len(c.KafkaBrokers) == 0 || hasEmpty(c.KafkaBrokers):
-		return bad("KAFKA_BROKERS", "want host:port[,host:port...]")
-	case !topicPattern.MatchString(c.InputTopic):
-		return bad("INPUT_TOPIC", "%q is not a Kafka topic name", c.InputTopic)
-	case !topicPattern.MatchString(c.OutputTopic):
-		return bad("OUTPUT_TOPIC", "%q is not a Kafka topic name", c.OutputTopic)
-	case !topicPattern.MatchString(c.DLQTopic):
-		return bad("DLQ_TOPIC", "%q is not a Kafka topic name", c.DLQTopic)
-	case c.OutputTopic == c.InputTopic || c.DLQTopic == c.InputTopic:
-		return bad("OUTPUT_TOPIC", "output and dead-letter topics must differ from the input topic %q", c.InputTopic)
-	case c.GroupID == "" || len(c.GroupID) > 255:
-		return bad("GROUP_ID", "want 1 to 255 characters")
-	case len(c.RedisAddrs) == 0 || hasEmpty(c.RedisAddrs):
-		return bad("REDIS_ADDRS", "want host:port[,host:port...]")
-	case c.Window < time.Second || c.Window%time.Second != 0 || c.Window > 31*24*time.Hour:
-		return bad("WINDOW", "%v: want whole seconds from 1s to 744h", c.Window)
-	case c.WindowMode != "rolling" && c.WindowMode != "fixed":
-		return bad("WINDOW_MODE", "%q: want rolling or fixed", c.WindowMode)
-	case c.MaxLag < 0 || c.MaxLag%time.Second != 0 || c.MaxLag > 31*24*time.Hour:
-		return bad("MAX_LAG", "%v: want whole seconds from 0 to 744h", c.MaxLag)
-	case c.LatePolicy != LateForward && c.LatePolicy != LateDeadLetter:
-		return bad("LATE_POLICY", "%q: want %s or %s", c.LatePolicy, LateForward, LateDeadLetter)
-	case c.ExpectedPerWindow < 1 || c.ExpectedPerWindow > 1e12:
-		return bad("EXPECTED_PER_WINDOW", "%d: want 1 to 1e12", c.ExpectedPerWindow)
-	case !(c.FalsePositiveRate >= 1e-12 && c.FalsePositiveRate < 1):
-		return bad("FALSE_POSITIVE_RATE", "%g: want at least 1e-12 and less than 1", c.FalsePositiveRate)
-	case !(c.MaxGrowth >= 1 && c.MaxGrowth <= 16384):
-		return bad("MAX_GROWTH", "%g: want 1 (no growth) to 16384", c.MaxGrowth)
-	case c.Shards < 1 || c.Shards > 1024:
-		return bad("SHARDS", "%d: want 1 to 1024", c.Shards)
-	case c.BatchSize < 1 || c.BatchSize > 10000:
-		return bad("BATCH_SIZE", "%d: want 1 to 10000", c.BatchSize)
-	case c.BatchLinger < time.Millisecond || c.BatchLinger > time.Minute:
-		return bad("BATCH_LINGER", "%v: want 1ms to 1m", c.BatchLinger)
-	case c.HTTPAddr == "":
-		return bad("HTTP_ADDR", "want host:port or :port")
-	case c.LogLevel != "debug" && c.LogLevel != "info" && c.LogLevel != "warn" && c.LogLevel != "error":
-		return bad("LOG_LEVEL", "%q: want debug, info, warn or error", c.LogLevel)
-	case c.RedisTimeout < 10*time.Millisecond || c.RedisTimeout > 5*time.Minute:
-		return bad("REDIS_TIMEOUT", "%v: want 10ms to 5m", c.RedisTimeout)
-	case c.KafkaTimeout < 100*time.Millisecond || c.KafkaTimeout > 5*time.Minute:
-		return bad("KAFKA_TIMEOUT", "%v: want 100ms to 5m", c.KafkaTimeout)
-	case c.KafkaSessionTimeout < 500*time.Millisecond || c.KafkaSessionTimeout > 5*time.Minute:
-		return bad("KAFKA_SESSION_TIMEOUT", "%v: want 500ms to 5m", c.KafkaSessionTimeout)
-	case c.ShutdownTimeout < time.Second || c.ShutdownTimeout > 10*time.Minute:
-		return bad("SHUTDOWN_TIMEOUT", "%v: want 1s to 10m", c.ShutdownTimeout)
-	case c.RedisMinReplicas < 0 || c.RedisMinReplicas > 5:
-		return bad("REDIS_MIN_REPLICAS", "%d: want 0 to 5", c.RedisMinReplicas)
-	case c.RedisUsername != "" && c.RedisPassword == "":
-		return bad("REDIS_PASSWORD", "required with DEDUPE_REDIS_USERNAME")
-	}
-	if _, err := c.KafkaSASL(); err != nil {
-		return err
-	}
-	if _, err := c.KafkaTLSConfig(); err != nil {
-		return err
-	}
-	if _, err := c.RedisTLSConfig(); err != nil {
-		return err
-	}
-	if _, err := ParseStartOffset(c.StartOffset); err != nil {
-		return bad("START_OFFSET", "%v", err)
-	}
-	src, err := c.IDSource()
-	if err != nil {
-		return err
-	}
-	switch {
-	case c.TimeField != "" && c.TimeHeader != "":
-		return bad("TIME_FIELD", "set with %s_TIME_HEADER; the event time comes from one of them", Prefix)
-	case c.TimeField != "" && src.Kind != JSONID:
-		return bad("TIME_FIELD", "reads the JSON value, which %s_ID_FROM=%s never parses; use %s_TIME_HEADER or the message timestamp", Prefix, src.Kind, Prefix)
-	case c.TimeField != "":
-		if _, err := parsePath(c.TimeField); err != nil {
-			return bad("TIME_FIELD", "%v", err)
-		}
-	}
-	if c.TimeHeader != "" {
-		if err := checkHeaderName(c.TimeHeader); err != nil {
-			return bad("TIME_HEADER", "%v", err)
-		}
-	}
-	if c.Mode != ModeDrop && c.Mode != ModeShadow {
-		return bad("MODE", "%q: want %s or %s", c.Mode, ModeDrop, ModeShadow)
-	}
-	return nil
-}
-
 // The values of Mode.
 const (
 	ModeDrop   = "drop"
@@ -446,172 +355,4 @@ func (s StartOffset) Time(now time.Time) time.Time {
 		return now.Add(-s.Back)
 	}
 	return s.At
-}
-
-func hasEmpty(xs []string) bool {
-	for _, x := range xs {
-		if strings.TrimSpace(x) == "" {
-			return true
-		}
-	}
-	return false
-}
-
-// IDSource says where the element ID of a message is.
-type IDSource struct {
-	Kind IDKind
-	// Header names the header, for HeaderID.
-	Header string
-	// Paths are the JSON field paths, for JSONID: one, or several for a
-	// composite ID.
-	Paths [][]string
-}
-
-// IDKind is the kind of IDSource: the values of DEDUPE_ID_FROM.
-type IDKind int
-
-const (
-	JSONID IDKind = iota
-	KeyID
-	HeaderID
-	ValueID
-)
-
-var idKinds = [...]string{"json", "key", "header", "value"}
-
-// String is the DEDUPE_ID_FROM value of k.
-func (k IDKind) String() string {
-	if int(k) < len(idKinds) && k >= 0 {
-		return idKinds[k]
-	}
-	return "unknown"
-}
-
-// MaxIDParts bounds the fields of a composite ID.
-const MaxIDParts = 8
-
-// Composite reports whether the ID is made of several JSON fields.
-func (s IDSource) Composite() bool { return s.Kind == JSONID && len(s.Paths) > 1 }
-
-// String says where the ID is, in words: for logs and the plan command.
-func (s IDSource) String() string {
-	switch s.Kind {
-	case KeyID:
-		return "the message key"
-	case HeaderID:
-		return "header " + strconv.Quote(s.Header)
-	case ValueID:
-		return "a 128-bit hash of the value"
-	}
-	names := make([]string, len(s.Paths))
-	for i, p := range s.Paths {
-		names[i] = strings.Join(p, ".")
-	}
-	if len(names) == 1 {
-		return "JSON field " + names[0]
-	}
-	return "composite of JSON fields " + strings.Join(names, ", ")
-}
-
-// IDSource reads DEDUPE_ID_FROM, DEDUPE_ID_FIELD and DEDUPE_ID_HEADER.
-// The error is a *VarError naming the variable at fault.
-func (c Config) IDSource() (IDSource, error) {
-	return ParseIDSource(c.IDFrom, c.IDField, c.IDHeader)
-}
-
-// ParseIDSource reads the values of DEDUPE_ID_FROM, DEDUPE_ID_FIELD and
-// DEDUPE_ID_HEADER. With from json (or empty), field "key" and
-// "header:NAME" are the forms DEDUPE_ID_FIELD had before DEDUPE_ID_FROM:
-// the message key and header NAME. The error is a *VarError.
-func ParseIDSource(from, field, header string) (IDSource, error) {
-	if from == "" {
-		from = JSONID.String()
-	}
-	if from == JSONID.String() {
-		switch {
-		case field == "key" && header == "":
-			return IDSource{Kind: KeyID}, nil
-		case strings.HasPrefix(field, "header:") && header == "":
-			name := strings.TrimPrefix(field, "header:")
-			if err := checkHeaderName(name); err != nil {
-				return IDSource{}, bad("ID_FIELD", "header:NAME: %v", err)
-			}
-			return IDSource{Kind: HeaderID, Header: name}, nil
-		}
-	}
-	kind := IDKind(-1)
-	for i, k := range idKinds {
-		if from == k {
-			kind = IDKind(i)
-		}
-	}
-	if kind < 0 {
-		return IDSource{}, bad("ID_FROM", "%q: want json, key, header or value", from)
-	}
-	if header != "" && kind != HeaderID {
-		return IDSource{}, bad("ID_HEADER", "set, but %s_ID_FROM=%s does not read a header; unset it or set %s_ID_FROM=header", Prefix, kind, Prefix)
-	}
-	if field != "" && kind != JSONID {
-		return IDSource{}, bad("ID_FIELD", "set, but %s_ID_FROM=%s does not read JSON fields; unset it or set %s_ID_FROM=json", Prefix, kind, Prefix)
-	}
-	switch kind {
-	case HeaderID:
-		if err := checkHeaderName(header); err != nil {
-			return IDSource{}, bad("ID_HEADER", "%v (required with %s_ID_FROM=header)", err, Prefix)
-		}
-		return IDSource{Kind: HeaderID, Header: header}, nil
-	case JSONID:
-		if field == "" {
-			return IDSource{}, bad("ID_FIELD", "required with %s_ID_FROM=json: a JSON field path such as click_id or meta.id, or several separated by commas", Prefix)
-		}
-		parts := strings.Split(field, ",")
-		if len(parts) > MaxIDParts {
-			return IDSource{}, bad("ID_FIELD", "%d fields: want at most %d", len(parts), MaxIDParts)
-		}
-		src := IDSource{Kind: JSONID}
-		seen := map[string]bool{}
-		for _, part := range parts {
-			part = strings.TrimSpace(part)
-			p, err := parsePath(part)
-			if err != nil {
-				return IDSource{}, bad("ID_FIELD", "%v", err)
-			}
-			if seen[part] {
-				return IDSource{}, bad("ID_FIELD", "%q is listed twice", part)
-			}
-			seen[part] = true
-			src.Paths = append(src.Paths, p)
-		}
-		return src, nil
-	}
-	return IDSource{Kind: kind}, nil
-}
-
-// checkHeaderName accepts a Kafka header name the worker can look up.
-func checkHeaderName(name string) error {
-	switch {
-	case name == "":
-		return errors.New("empty; want a header name")
-	case len(name) > 255:
-		return fmt.Errorf("%d bytes: want a header name of at most 255", len(name))
-	case strings.TrimSpace(name) != name:
-		return fmt.Errorf("%q starts or ends with a space", name)
-	}
-	return nil
-}
-
-func parsePath(s string) ([]string, error) {
-	if s == "" {
-		return nil, errors.New("empty; want a JSON field path such as click_id or meta.id")
-	}
-	parts := strings.Split(s, ".")
-	for _, p := range parts {
-		if p == "" {
-			return nil, fmt.Errorf("%q has an empty path element", s)
-		}
-	}
-	if len(parts) > 16 {
-		return nil, fmt.Errorf("%q is deeper than 16 fields", s)
-	}
-	return parts, nil
 }

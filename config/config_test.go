@@ -9,6 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"dedupe-worker/internal/consumer"
 )
 
 // setEnvFile sets every VAR=value line of path for the test.
@@ -273,6 +277,7 @@ func TestREADMETableMatchesStruct(t *testing.T) {
 		t.Fatal("README.md: no configuration table row (| `DEDUPE_...` | default | ...) found")
 	}
 	typ := reflect.TypeOf(Config{})
+	d := Defaults()
 	for i := 0; i < typ.NumField(); i++ {
 		f := typ.Field(i)
 		name := Prefix + "_" + f.Tag.Get("envconfig")
@@ -291,6 +296,10 @@ func TestREADMETableMatchesStruct(t *testing.T) {
 			if want := "`" + f.Tag.Get("default") + "`"; cell != want {
 				t.Errorf("%s defaults to %s; README says %q", name, want, cell)
 			}
+		case libraryOwned[f.Name]:
+			if want := "`" + defaultText(reflect.ValueOf(d).Field(i)) + "`"; cell != want {
+				t.Errorf("%s defaults to the library's %s; README says %q", name, want, cell)
+			}
 		case cell == "":
 			t.Errorf("%s: README gives no default", name)
 		}
@@ -300,8 +309,123 @@ func TestREADMETableMatchesStruct(t *testing.T) {
 	}
 }
 
+// libraryOwned are the fields whose default a library owns: they have no
+// default tag, and Defaults takes the library's constant.
+var libraryOwned = map[string]bool{"BatchSize": true, "BatchLinger": true, "KafkaTimeout": true, "KafkaSessionTimeout": true}
+
+// defaultText is a default as the README and the variables write it.
+func defaultText(v reflect.Value) string {
+	if d, ok := v.Interface().(time.Duration); ok {
+		return shortDuration(d)
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+// The settings a library owns take its defaults, written once there;
+// envconfig leaves a field with neither a variable nor a default tag as it
+// was, so Load keeps them unless a variable is set.
+func TestLibraryDefaults(t *testing.T) {
+	d := Defaults()
+	if d.BatchSize != consumer.DefaultBatchSize || d.BatchLinger != consumer.DefaultBatchLinger ||
+		d.KafkaTimeout != consumer.DefaultKafkaTimeout || d.KafkaSessionTimeout != consumer.DefaultSessionTimeout {
+		t.Errorf("Defaults: batch %d, linger %v, Kafka timeout %v, session %v; want the worker's", d.BatchSize, d.BatchLinger,
+			d.KafkaTimeout, d.KafkaSessionTimeout)
+	}
+	typ := reflect.TypeOf(Config{})
+	for name := range libraryOwned {
+		f, ok := typ.FieldByName(name)
+		if !ok {
+			t.Fatalf("Config has no field %s", name)
+		}
+		if _, tagged := f.Tag.Lookup("default"); tagged {
+			t.Errorf("%s has a default tag; its library owns its default", name)
+		}
+	}
+
+	// envconfig itself: a field without variable and tag keeps its value,
+	// a variable replaces it.
+	var x struct {
+		Kept    int           `envconfig:"KEPT"`
+		Set     time.Duration `envconfig:"SET"`
+		Tagged  string        `envconfig:"TAGGED" default:"tag"`
+		Emptied string        `envconfig:"EMPTIED"`
+	}
+	x.Kept, x.Set, x.Tagged, x.Emptied = 7, time.Second, "before", "before"
+	t.Setenv("DEDUPETEST_SET", "3s")
+	t.Setenv("DEDUPETEST_EMPTIED", "")
+	if err := envconfig.Process("DEDUPETEST", &x); err != nil {
+		t.Fatal(err)
+	}
+	if x.Kept != 7 || x.Set != 3*time.Second || x.Tagged != "tag" || x.Emptied != "" {
+		t.Fatalf("envconfig gave %+v; want 7 kept, 3s set, the tag, and empty from the variable", x)
+	}
+
+	// And through Load: unset, the worker's default; set, the variable.
+	setValidEnvFile(t, "clicks.env")
+	os.Unsetenv(Prefix + "_BATCH_SIZE")
+	t.Setenv(Prefix+"_BATCH_LINGER", "250ms")
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BatchSize != consumer.DefaultBatchSize || c.BatchLinger != 250*time.Millisecond {
+		t.Errorf("Load: batch size %d, linger %v; want %d and 250ms", c.BatchSize, c.BatchLinger, consumer.DefaultBatchSize)
+	}
+}
+
+// A library's limits are the variable's: its bounds load, one past them
+// is refused, naming the variable and the bounds as the library has them.
+func TestLibraryLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		ok, bad   string
+		saysRange string
+	}{
+		{"BATCH_SIZE", fmt.Sprint(consumer.MaxBatchSize), fmt.Sprint(consumer.MaxBatchSize + 1), fmt.Sprintf("want 1 to %d", consumer.MaxBatchSize)},
+		{"BATCH_LINGER", consumer.MaxBatchLinger.String(), (consumer.MaxBatchLinger + time.Millisecond).String(), "want 1ms to 1m"},
+		{"KAFKA_TIMEOUT", consumer.MinKafkaTimeout.String(), (consumer.MinKafkaTimeout - time.Millisecond).String(), "want 100ms to 5m"},
+		{"KAFKA_SESSION_TIMEOUT", consumer.MaxSessionTimeout.String(), (consumer.MaxSessionTimeout + time.Second).String(), "want 500ms to 5m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			setValidEnvFile(t, "clicks.env")
+			t.Setenv(Prefix+"_"+tc.name, tc.ok)
+			if _, err := Load(); err != nil {
+				t.Fatalf("%s=%s: %v", tc.name, tc.ok, err)
+			}
+			t.Setenv(Prefix+"_"+tc.name, tc.bad)
+			_, err := Load()
+			if ve, ok := errors.AsType[*VarError](err); !ok || ve.Var != tc.name || !strings.Contains(ve.Msg, tc.saysRange) {
+				t.Fatalf("%s=%s: %v; want %s_%s: ...: %s", tc.name, tc.bad, err, Prefix, tc.name, tc.saysRange)
+			}
+		})
+	}
+}
+
+// Each wrong ID input is named by its variable, and says what to set,
+// from what the worker's ParseIDSource reports.
+func TestIDSourceMessages(t *testing.T) {
+	for _, tc := range []struct {
+		from, field, header string
+		want                string
+	}{
+		{"Key", "", "", `DEDUPE_ID_FROM: "Key": want json, key, header or value`},
+		{"key", "click_id", "", "DEDUPE_ID_FIELD: set, but DEDUPE_ID_FROM=key does not read JSON fields; unset it or set DEDUPE_ID_FROM=json"},
+		{"json", "click_id", "x-id", "DEDUPE_ID_HEADER: set, but DEDUPE_ID_FROM=json does not read a header; unset it or set DEDUPE_ID_FROM=header"},
+		{"json", "", "", "DEDUPE_ID_FIELD: required with DEDUPE_ID_FROM=json: a JSON field path such as click_id or meta.id, or several separated by commas"},
+		{"header", "", "", "DEDUPE_ID_HEADER: empty; want a header name (required with DEDUPE_ID_FROM=header)"},
+		{"json", "header:", "", "DEDUPE_ID_FIELD: header:NAME: empty; want a header name"},
+		{"json", "a,b,a", "", `DEDUPE_ID_FIELD: "a" is listed twice`},
+		{"json", "meta..id", "", `DEDUPE_ID_FIELD: "meta..id" has an empty path element`},
+	} {
+		_, err := ParseIDSource(tc.from, tc.field, tc.header)
+		if want := ErrInvalid.Error() + ": " + tc.want; err == nil || err.Error() != want {
+			t.Errorf("ParseIDSource(%q, %q, %q): %v\nwant %s", tc.from, tc.field, tc.header, err, want)
+		}
+	}
+}
+
 // Defaults are what Load gives for every variable not set: the same
-// values, read from the same tags.
+// values, read from the same tags and the same library constants.
 func TestDefaultsAreLoadsDefaults(t *testing.T) {
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, Prefix+"_") {

@@ -20,6 +20,7 @@ import (
 	"dedupe-worker/config"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/consumer"
+	"dedupe-worker/internal/logs"
 	"dedupe-worker/internal/sink"
 )
 
@@ -104,7 +105,7 @@ func RunAt(now func() time.Time) func(context.Context, config.Config, *zap.Logge
 func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() time.Time) error {
 	log = log.With(zap.String("pipeline", cfg.Pipeline))
 	// go-redis logs (dial failures, mostly) to stderr by itself otherwise.
-	redis.SetLogger(redisLogger{consumer.Sampled(log.Named("redis"))})
+	redis.SetLogger(redisLogger{logs.Sampled(log.Named("redis"))})
 	kafkaTLS, mech, err := kafkaSecurity(cfg, log)
 	if err != nil {
 		return err

@@ -13,7 +13,6 @@ import (
 
 	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/retry"
-	"dedupe-worker/internal/sink"
 )
 
 // deliver produces a decided batch's output and dead letters, retrying
@@ -29,7 +28,7 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	}
 	for _, f := range refused {
 		d.dead = append(d.dead, refusedLetter(f))
-		w.m.deadLettered.WithLabelValues(refusedReason(f.Reason).String()).Inc()
+		w.m.deadLettered.WithLabelValues(f.reason().String()).Inc()
 	}
 	forwarded := len(d.out) - len(refused)
 	refused, err = w.produce(ctx, d, w.dlq, StepDeadLetter, d.dead)
@@ -39,7 +38,7 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	if len(refused) > 0 {
 		f := refused[0]
 		return w.stageError(StepDeadLetter, topicOf(w.dlq), fmt.Errorf("%w: %d of them, the first from %s: %w",
-			ErrDeadLetterRefused, len(refused), sourceOf(&f.msg), f.Err))
+			ErrDeadLetterRefused, len(refused), sourceOf(&f.msg), f.err))
 	}
 	w.m.forwarded.Add(float64(forwarded))
 	acked := time.Now()
@@ -83,10 +82,20 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	return nil
 }
 
-// refusal is a message its topic refused for its content.
+// refusal is a message its topic refused for its content, and why: an
+// error that carries its dead-letter reason (WriteFailure.Refused).
 type refusal struct {
 	msg kafka.Message
-	sink.Rejection
+	err error
+}
+
+// reason is the refusal's dead-letter reason: the one its error carries,
+// or Refused when it carries none.
+func (f refusal) reason() record.Reason {
+	if r := record.ReasonOf(f.err); r != record.Other {
+		return r
+	}
+	return record.Refused
 }
 
 // produce writes msgs with p, retrying (w.retry) only the messages not yet
@@ -102,15 +111,15 @@ func (w *Worker) produce(ctx context.Context, d *buffers, p Producer, step strin
 			return nil
 		}
 		d.retried = true
-		we, ok := errors.AsType[*sink.WriteError](err)
+		wf, ok := errors.AsType[WriteFailure](err)
 		if !ok {
 			return err
 		}
-		for _, r := range we.Rejected {
-			refused = append(refused, refusal{pending[r.Index], r})
+		for i, why := range wf.Refused() {
+			refused = append(refused, refusal{pending[i], why})
 		}
-		pending = we.Unacknowledged(pending)
-		return we.Err
+		pending, err = wf.Unacknowledged(pending)
+		return err
 	})
 	return refused, err
 }
@@ -123,7 +132,8 @@ func (w *Worker) produce(ctx context.Context, d *buffers, p Producer, step strin
 // than refusedPartMax (an ID taken from a huge key or header). It keeps
 // dedupe-source, which says where the original is.
 func refusedLetter(f refusal) kafka.Message {
-	tooLarge := f.Reason == sink.TooLarge
+	reason := f.reason()
+	tooLarge := reason == record.TooLarge
 	h := make([]kafka.Header, 0, len(f.msg.Headers)+2)
 	for _, x := range f.msg.Headers {
 		if !tooLarge || len(x.Key)+len(x.Value) <= refusedPartMax {
@@ -131,8 +141,8 @@ func refusedLetter(f refusal) kafka.Message {
 		}
 	}
 	h = append(h, kafka.Header{Key: record.ErrorHeader, Value: fmt.Appendf(nil, "the output topic refused it (timestamp %s): %v",
-		f.msg.Time.UTC().Format(time.RFC3339Nano), f.Err)},
-		kafka.Header{Key: record.ReasonHeader, Value: []byte(refusedReason(f.Reason).String())})
+		f.msg.Time.UTC().Format(time.RFC3339Nano), f.err)},
+		kafka.Header{Key: record.ReasonHeader, Value: []byte(reason.String())})
 	dl := kafka.Message{Key: f.msg.Key, Value: f.msg.Value, Headers: h}
 	if tooLarge {
 		dl.Value = nil
@@ -146,14 +156,6 @@ func refusedLetter(f refusal) kafka.Message {
 // refusedPartMax is the largest key or header a too-large dead letter
 // keeps.
 const refusedPartMax = 1 << 10
-
-// refusedReason is the dead-letter reason of a message its topic refused.
-func refusedReason(r sink.Reason) record.Reason {
-	if r == sink.TooLarge {
-		return record.TooLarge
-	}
-	return record.Refused
-}
 
 // sourceOf is the dedupe-source of a message the worker wrote.
 func sourceOf(m *kafka.Message) string {

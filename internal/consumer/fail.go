@@ -7,7 +7,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"dedupe-worker/internal/bloom"
-	"dedupe-worker/internal/sink"
 )
 
 // StageError is a failure that retrying cannot mend: a refused
@@ -17,7 +16,8 @@ import (
 // it and shows it. What was decided and not delivered is not committed: it
 // is read again and gets its recorded decisions.
 type StageError struct {
-	// Step is the call that failed, a value of dedupe_errors_total's step.
+	// Step is the call that failed, a label of dedupe_errors_total's step
+	// (Steps).
 	Step string
 	// Check says what an operator should look at, e.g. "the worker's Kafka
 	// user needs Write on topic clicks-out"; empty when there is nothing
@@ -28,20 +28,29 @@ type StageError struct {
 
 func (e *StageError) Error() string {
 	if e.Check == "" {
-		return fmt.Sprintf("%s failed for good: %v", e.Step, e.Err)
+		return fmt.Sprintf("%s failed for good: %v", stepPhrase(e.Step), e.Err)
 	}
-	return fmt.Sprintf("%s failed for good: %v: %s", e.Step, e.Err, e.Check)
+	return fmt.Sprintf("%s failed for good: %v: %s", stepPhrase(e.Step), e.Err, e.Check)
 }
 
 func (e *StageError) Unwrap() error { return e.Err }
 
+// Permanent reports true: retrying cannot help.
+func (e *StageError) Permanent() bool { return true }
+
 // permanent reports whether retrying err cannot help: an invalid element
-// is a bug, and a refused authorization stays refused until an operator
-// changes the ACLs.
+// is a bug, a refused authorization stays refused until an operator
+// changes the ACLs, and an error that says so (a Permanent method that
+// reports true: a Producer's, a *StageError) is taken at its word.
 func permanent(err error) bool {
+	if p, ok := errors.AsType[interface {
+		error
+		Permanent() bool
+	}](err); ok && p.Permanent() {
+		return true
+	}
 	return errors.Is(err, bloom.ErrInvalidElement) || errors.Is(err, kafka.TopicAuthorizationFailed) ||
-		errors.Is(err, kafka.GroupAuthorizationFailed) || errors.Is(err, kafka.ClusterAuthorizationFailed) ||
-		errors.Is(err, sink.ErrPermanent) || errors.As(err, new(*StageError))
+		errors.Is(err, kafka.GroupAuthorizationFailed) || errors.Is(err, kafka.ClusterAuthorizationFailed)
 }
 
 // stageError is err, permanent, as a *StageError of step with what to

@@ -40,15 +40,15 @@ func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafk
 				w.fetching.Store(false)
 				return batch[:0], fetched[:0], err
 			}
-			// kafka-go backs off between its own fetch retries and queues
-			// their errors with the messages; waiting here as well drained
-			// a queue of errors one per back-off, which stalled a partition
-			// for minutes after a short broker fault. Take the next one.
-			// Errors that come without kafka-go's pacing (many in a row)
-			// get a short pause, so this never spins.
+			// kafka-go paces its own fetch retries and queues their errors
+			// with the messages, so an error is counted and the next one
+			// taken at once: a back-off here as well would drain that queue
+			// one error per back-off and hold the partition long after the
+			// fault. Only errors that come without kafka-go's pacing (more
+			// than 100 in a row) get a short pause, so this never spins.
 			w.fetching.Store(false)
 			w.m.errors.WithLabelValues(StepFetch).Inc()
-			w.kafkaLog.Warn("fetching", zap.Error(err))
+			w.kafkaLog.Warn(stepPhrase(StepFetch), zap.Error(err))
 			if errs++; errs > 100 {
 				select {
 				case <-lctx.Done():

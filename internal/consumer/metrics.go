@@ -40,15 +40,48 @@ type topicPartition struct {
 	partition int32
 }
 
-// The steps of dedupe_errors_total: the calls the worker retries.
+// The steps of dedupe_errors_total, as its step label says them: the
+// calls the worker retries, and the one that stopped it (StageError.Step).
 const (
-	StepFetch      = "fetching"
-	StepStart      = "setting the start offsets"
-	StepDecide     = "test-and-set"
-	StepProduce    = "producing"
-	StepDeadLetter = "dead-lettering"
-	StepCommit     = "committing"
+	StepStart      = "set_start_offsets"
+	StepFetch      = "fetch"
+	StepDecide     = "test_and_set"
+	StepProduce    = "produce"
+	StepDeadLetter = "dead_letter"
+	StepCommit     = "commit"
 )
+
+// steps are the steps in the order of an event's way, each with the
+// phrase logs and errors say it in.
+var steps = [...]struct{ label, phrase string }{
+	{StepStart, "setting the start offsets"},
+	{StepFetch, "fetching"},
+	{StepDecide, "test-and-set"},
+	{StepProduce, "producing"},
+	{StepDeadLetter, "dead-lettering"},
+	{StepCommit, "committing"},
+}
+
+// Steps are the step labels, in order: loops over them (the series made at
+// 0, tests) use this.
+func Steps() []string {
+	labels := make([]string, len(steps))
+	for i, s := range steps {
+		labels[i] = s.label
+	}
+	return labels
+}
+
+// stepPhrase is how logs and errors say step: the label itself for one
+// not in steps.
+func stepPhrase(step string) string {
+	for _, s := range steps {
+		if s.label == step {
+			return s.phrase
+		}
+	}
+	return step
+}
 
 // EventLagBuckets span a second to a week, dense around the lag bounds
 // operators choose (minutes to hours).
@@ -99,7 +132,7 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	for _, r := range record.Reasons() {
 		m.deadLettered.WithLabelValues(r.String())
 	}
-	for _, s := range []string{StepFetch, StepStart, StepDecide, StepProduce, StepDeadLetter, StepCommit} {
+	for _, s := range Steps() {
 		m.errors.WithLabelValues(s)
 	}
 	if reg != nil {

@@ -6,9 +6,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
-	"dedupe-worker/internal/sink"
+	"dedupe-worker/internal/logs"
 )
 
 // newReader is the group member that reads the input. Offsets are
@@ -28,11 +27,11 @@ func readerConfig(cfg Config, g GroupTimings, gl *zap.Logger) kafka.ReaderConfig
 		MinBytes: 1,
 		MaxBytes: 16 << 20,
 		// kafka-go also uses MaxWait as the deadline for the start of a
-		// fetch response. Tied to a short linger it made a loaded broker
-		// miss it on every retry (a fetch that timed out, reconnected and
-		// timed out again, for a minute in the fault suite). The broker
-		// answers as soon as it has a byte (MinBytes 1), so a longer wait
-		// costs nothing when data flows; the linger is kept by fetch.
+		// fetch response, so it leaves a loaded broker time to answer and
+		// is not tied to the linger (fetch keeps that): a deadline a busy
+		// broker misses makes every retry time out and reconnect. The
+		// broker answers as soon as it has a byte (MinBytes 1), so a long
+		// wait costs nothing when data flows.
 		MaxWait:           min(500*time.Millisecond, g.Session/2),
 		StartOffset:       kafka.FirstOffset,
 		CommitInterval:    0, // commits are synchronous, per batch
@@ -45,8 +44,8 @@ func readerConfig(cfg Config, g GroupTimings, gl *zap.Logger) kafka.ReaderConfig
 		ReadBackoffMax:    time.Second,
 		MaxAttempts:       3,
 		Dialer:            &kafka.Dialer{Timeout: cfg.KafkaTimeout, TLS: cfg.TLS, SASLMechanism: cfg.SASL, ClientID: ClientID(cfg.GroupID)},
-		Logger:            sink.KafkaLogger(gl, zapcore.DebugLevel),
-		ErrorLogger:       sink.KafkaLogger(gl, zapcore.WarnLevel),
+		Logger:            logs.Kafka(gl, zap.DebugLevel),
+		ErrorLogger:       logs.Kafka(gl, zap.WarnLevel),
 	}
 }
 
@@ -81,15 +80,14 @@ const (
 	// minRebalanceTimeout is the least rebalance timeout, for session
 	// timeouts below 4 s (the tests' 1 and 2 s, the demo's 3 s): a member
 	// on a loaded machine needs time to stop its partition readers, find
-	// the coordinator and rejoin, and the fault suite (S = 1 s) keeps the
-	// rebalance timeout it ran with before.
+	// the coordinator and rejoin, also at the fault suite's S = 1 s.
 	minRebalanceTimeout = time.Second
 	// joinBackoff is GroupTimings.JoinBackoff.
 	joinBackoff = time.Second
 )
 
 // GroupTimingsFor derives the group timings from the session timeout S
-// (DEDUPE_KAFKA_SESSION_TIMEOUT, 10 s by default), which it leaves as it
+// (Config.SessionTimeout, 10 s by default), which it leaves as it
 // is:
 //
 //	heartbeat      S/10             1 s at S = 10 s
@@ -128,9 +126,9 @@ const (
 // burst of the fault suite). The largest gap is at least P/N, so the
 // timer fires within one period if P > N·R, that is R < (5 s + B)/(N-1):
 // at S = 10 s, P = 8.5 s against 2·R = 5 s for two replicas and 3·R =
-// 7.5 s for three; four would need S below 8 s. The timings before (R =
-// S, B = 0.5 s: P = 15.5 s against 2·R = 20 s) let two replicas stall,
-// and R = 4 s (P = 9.5 s) holds for two replicas but not for three.
+// 7.5 s for three; four would need S below 8 s. R = S with B = 0.5 s
+// (P = 15.5 s against 2·R = 20 s) would let two replicas stall, and R =
+// 4 s (P = 9.5 s) holds for two replicas but not for three.
 func GroupTimingsFor(session time.Duration) GroupTimings {
 	return GroupTimings{
 		Session:     session,

@@ -7,18 +7,20 @@
 // read and decided while the last one is written: an event goes through
 //
 //   - fetch.go: the reader, and a batch of up to BatchSize messages;
-//   - decide.go: its ID and event time (the Extractor), one test-and-set
-//     per batch (the Filter), and the messages to forward and to
-//     dead-letter, with the headers of the record format (package record);
-//   - deliver.go: both written (the Producer), then the offsets committed.
+//   - decide.go: its ID and event time (the Extractor, extract.go), one
+//     test-and-set per batch (the Filter), and the messages to forward and
+//     to dead-letter, with the headers of the record format (package
+//     record);
+//   - deliver.go: both written (the Producer, producer.go), then the
+//     offsets committed.
 //
 // worker.go holds the lifecycle: Run, the shutdown budget, readiness and
-// the retries. start.go places a new group's first offsets.
+// the retries; config.go the Config, its defaults and limits. start.go
+// places a new group's first offsets; idsource.go reads where the ID is.
 package consumer
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -27,12 +29,10 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
-	"dedupe-worker/config"
 	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/logs"
 	"dedupe-worker/internal/retry"
 )
 
@@ -58,109 +58,6 @@ type Filter interface {
 	TestAndSet(ctx context.Context, elems []bloom.Element) ([]bloom.Verdict, error)
 }
 
-// Producer writes messages. The worker depends on this contract
-// (sink.Writer keeps it):
-//   - Write returns nil only once every message is acknowledged by the
-//     broker (all in-sync replicas): the worker commits the input offsets
-//     after it.
-//   - Otherwise it returns a *sink.WriteError. Rejected are the messages
-//     the topic refused for their content (by index, with a sink.Reason):
-//     the worker dead-letters them (and stops if the dead-letter topic
-//     refuses one). Unacked are the messages neither acknowledged nor
-//     rejected: the worker writes those again, and only those. A message
-//     in Unacked may have been written all the same, so copies are
-//     possible and carry the same dedupe-source (downstream counts by it).
-//   - sink.ErrPermanent inside the error: retrying cannot help (a refused
-//     authorization, a topic configured so that no write can succeed); the
-//     worker stops.
-//   - Cancelling ctx makes Write return promptly with an error; it may
-//     still hold the messages in a request it abandoned, so the caller
-//     does not reuse their buffers.
-//   - The worker calls Write from one goroutine at a time.
-type Producer interface {
-	Write(ctx context.Context, msgs []kafka.Message) error
-}
-
-// Config configures a Worker.
-type Config struct {
-	Brokers []string
-	Topic   string
-	GroupID string
-	// Zero values take the pipeline's defaults, config.Defaults.
-
-	// BatchSize is the most messages per batch.
-	BatchSize int
-	// BatchLinger flushes a partial batch this long after its first
-	// message.
-	BatchLinger time.Duration
-	// BatchBytes ends a batch once its keys, values and headers reach this
-	// many bytes, so that large messages do not make huge batches.
-	// Default: 16 MiB.
-	BatchBytes int
-	// KafkaTimeout bounds each Kafka call.
-	KafkaTimeout time.Duration
-	// ShutdownTimeout bounds finishing the batch in hand and leaving the
-	// group once Run's context is cancelled.
-	ShutdownTimeout time.Duration
-	// SessionTimeout of the consumer group.
-	SessionTimeout time.Duration
-	// Start is where the group begins when it has no committed offsets.
-	// Default: the earliest offset.
-	Start Start
-	// DeadLetterLate sends events the filter finds Late or Future to the
-	// dead-letter topic (reasons late and future) instead of forwarding
-	// them undeduplicated with the UndeduplicatedHeader.
-	DeadLetterLate bool
-	// Shadow forwards every valid event, duplicates too, each deduplicated
-	// one with the record.VerdictHeader, and events beyond the lag bound
-	// undeduplicated whatever DeadLetterLate says; the decisions and what
-	// the filter records are those of drop mode.
-	Shadow bool
-	// Now is the clock of the event-time lag, the filter's. Default: time.Now.
-	Now func() time.Time
-
-	Extractor *Extractor
-	Logger    *zap.Logger
-	Metrics   *Metrics
-
-	// TLS and SASL, when set, secure every connection of the reader.
-	TLS  *tls.Config
-	SASL sasl.Mechanism
-}
-
-// setDefaults fills what is not set from the pipeline's defaults
-// (config.Defaults), the one place they are written.
-func (c *Config) setDefaults() {
-	d := config.Defaults()
-	if c.BatchSize == 0 {
-		c.BatchSize = d.BatchSize
-	}
-	if c.BatchLinger == 0 {
-		c.BatchLinger = d.BatchLinger
-	}
-	if c.BatchBytes == 0 {
-		c.BatchBytes = 16 << 20
-	}
-	if c.KafkaTimeout == 0 {
-		c.KafkaTimeout = d.KafkaTimeout
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = d.ShutdownTimeout
-	}
-	if c.SessionTimeout == 0 {
-		c.SessionTimeout = d.KafkaSessionTimeout
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
-	}
-	if c.Metrics == nil {
-		c.Metrics = NewMetrics(nil, "")
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-}
-
 // Worker is one consumer-group member.
 type Worker struct {
 	cfg    Config
@@ -178,7 +75,11 @@ type Worker struct {
 	// joined is set once the reader has joined the group (watchJoin).
 	joined atomic.Bool
 	bufs   sync.Pool // of *buffers
-	// kafkaLog logs what kafka-go reports, sampled (see Sampled).
+	// maxMessageBytes is the largest input message forwarded or
+	// dead-lettered with its value: the Producers' limit less the headers
+	// the worker adds.
+	maxMessageBytes int
+	// kafkaLog logs what kafka-go reports, sampled (logs.Sampled).
 	kafkaLog *zap.Logger
 	// lateLog reports events beyond the lag bound, sampled.
 	lateLog *zap.Logger
@@ -186,16 +87,21 @@ type Worker struct {
 	lagSeen map[int]time.Time
 }
 
-// New returns a Worker; Run starts it.
+// New returns a Worker; Run starts it. The error says which field of cfg
+// is out of its limits, or that the producers take no message the worker
+// can write.
 func New(cfg Config, filter Filter, out, dlq Producer) (*Worker, error) {
 	cfg.setDefaults()
-	if cfg.Extractor == nil {
-		return nil, errors.New("consumer: no extractor")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if len(cfg.Brokers) == 0 || cfg.Topic == "" || cfg.GroupID == "" {
-		return nil, errors.New("consumer: brokers, topic and group are required")
+	limit := min(out.MaxMessageBytes(), dlq.MaxMessageBytes()) - headerAllowance
+	if limit < 1 {
+		return nil, fmt.Errorf("consumer: the producers take messages of up to %d bytes, no more than the %d the worker adds in headers",
+			limit+headerAllowance, headerAllowance)
 	}
-	w := &Worker{cfg: cfg, filter: filter, out: out, dlq: dlq, log: cfg.Logger, m: cfg.Metrics, lateLog: Sampled(cfg.Logger)}
+	w := &Worker{cfg: cfg, filter: filter, out: out, dlq: dlq, log: cfg.Logger, m: cfg.Metrics, maxMessageBytes: limit,
+		lateLog: logs.Sampled(cfg.Logger)}
 	w.fetching.Store(true)
 	w.deciding.Store(true)
 	w.delivering.Store(true)
@@ -233,7 +139,7 @@ func (w *Worker) Ready() bool {
 // recorded decisions.
 func (w *Worker) Run(ctx context.Context) error {
 	kl := w.log.With(zap.String("topic", w.cfg.Topic), zap.String("group", w.cfg.GroupID))
-	gl := Sampled(kl)
+	gl := logs.Sampled(kl)
 	w.kafkaLog = gl
 	if err := w.retry(ctx, &w.fetching, StepStart, w.cfg.Topic, func(ctx context.Context) error {
 		// The Transport asks for the input topic by name: from a cache of
@@ -391,16 +297,6 @@ func ClientID(group string) string {
 	return fmt.Sprintf("dedupe-worker.%s.%s.%d", group, host, os.Getpid())
 }
 
-// Sampled is l for a library's own messages, which repeat: a kafka-go
-// reader at the end of a partition reconnects with "unexpected EOF" many
-// times a second, go-redis reports every failed dial. Each distinct
-// message is logged at most once per 10 s.
-func Sampled(l *zap.Logger) *zap.Logger {
-	return l.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
-		return zapcore.NewSamplerWithOptions(c, 10*time.Second, 1, 0)
-	}))
-}
-
 // retry calls f until it succeeds, fails for good (permanent) or ctx
 // ends, backing off between tries (retry.Calls). While it fails, the
 // stage whose health is ok is not ready and each failure is logged and
@@ -415,14 +311,14 @@ func (w *Worker) retry(ctx context.Context, ok *atomic.Bool, step, topic string,
 		}
 		ok.Store(false)
 		w.m.errors.WithLabelValues(step).Inc()
-		w.log.Warn(step+" failed; retrying", zap.Error(err), zap.Duration("backoff", wait))
+		w.log.Warn(stepPhrase(step)+" failed; retrying", zap.Error(err), zap.Duration("backoff", wait))
 		return nil
 	})
 	if err != nil {
 		if se, isStage := errors.AsType[*StageError](err); isStage {
 			return se
 		}
-		return fmt.Errorf("%s: %w", step, err)
+		return fmt.Errorf("%s: %w", stepPhrase(step), err)
 	}
 	ok.Store(true)
 	return nil

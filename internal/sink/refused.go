@@ -18,10 +18,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"strconv"
 	"strings"
 
 	"github.com/segmentio/kafka-go"
+
+	"dedupe-worker/internal/record"
 )
 
 // Reason is why a topic refused a message for its content.
@@ -50,7 +53,9 @@ func (r Reason) String() string {
 	return "reason_" + strconv.Itoa(int(r))
 }
 
-// Rejection is a message the topic refused for its content.
+// Rejection is a message the topic refused for its content. It is an
+// error too: the broker's answer, which says the dead-letter reason of the
+// message (record.ReasonOf).
 type Rejection struct {
 	// Index is the message's position in the slice given to Write.
 	Index  int
@@ -59,6 +64,21 @@ type Rejection struct {
 	// inside, e.g. kafka.MessageSizeTooLarge), or, for a message larger
 	// than MaxBatchBytes, kafka.MessageSizeTooLarge with its size.
 	Err error
+}
+
+// Error is the broker's answer, Err.
+func (r Rejection) Error() string { return r.Err.Error() }
+
+// Unwrap is Err.
+func (r Rejection) Unwrap() error { return r.Err }
+
+// DeadLetterReason is the dead-letter reason of a rejected message:
+// record.TooLarge, or record.Refused for one the broker finds invalid.
+func (r Rejection) DeadLetterReason() record.Reason {
+	if r.Reason == TooLarge {
+		return record.TooLarge
+	}
+	return record.Refused
 }
 
 // ErrRejected is inside the error of a Write that had messages rejected
@@ -70,8 +90,17 @@ var ErrRejected = errors.New("refused by the topic for their content")
 // CLUSTER_AUTHORIZATION_FAILED, a refused SASL login) or a topic the writer
 // cannot write as configured (UNSUPPORTED_FOR_MESSAGE_FORMAT,
 // UNSUPPORTED_COMPRESSION_TYPE, INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION,
-// UNSUPPORTED_VERSION), or a closed Writer.
-var ErrPermanent = errors.New("retrying cannot help")
+// UNSUPPORTED_VERSION), or a closed Writer. A caller that does not know
+// this package finds it by its method Permanent, which reports true.
+var ErrPermanent error = permanentError("retrying cannot help")
+
+// permanentError is the type of ErrPermanent.
+type permanentError string
+
+func (e permanentError) Error() string { return string(e) }
+
+// Permanent reports true: retrying cannot help.
+func (permanentError) Permanent() bool { return true }
 
 // WriteError is the error of a Write that did not end with every message
 // acknowledged. Write returns no other type of error.
@@ -124,14 +153,28 @@ func (e *WriteError) Unwrap() []error {
 	return errs
 }
 
+// Refused yields each message of Rejected, in ascending Index: its index
+// and the Rejection, an error that says its dead-letter reason.
+func (e *WriteError) Refused() iter.Seq2[int, error] {
+	return func(yield func(int, error) bool) {
+		for _, r := range e.Rejected {
+			if !yield(r.Index, r) {
+				return
+			}
+		}
+	}
+}
+
 // Unacknowledged returns, in a new slice, the messages of msgs (the slice
-// given to the Write that returned e) at Unacked: the ones to write again.
-func (e *WriteError) Unacknowledged(msgs []kafka.Message) []kafka.Message {
+// given to the Write that returned e) at Unacked, the ones to write again,
+// and Err, why they were not acknowledged: none and nil when every message
+// but the rejected ones was acknowledged.
+func (e *WriteError) Unacknowledged(msgs []kafka.Message) ([]kafka.Message, error) {
 	out := make([]kafka.Message, len(e.Unacked))
 	for k, i := range e.Unacked {
 		out[k] = msgs[i]
 	}
-	return out
+	return out, e.Err
 }
 
 // outcome is what Write makes of one message's answer.

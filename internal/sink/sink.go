@@ -6,18 +6,16 @@ package sink
 
 import (
 	"crypto/tls"
-	"fmt"
 	"net"
 	"sync"
 	"time"
 
-	"dedupe-worker/config"
-	"dedupe-worker/internal/record"
-
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
+
+	"dedupe-worker/internal/logs"
+	"dedupe-worker/internal/record"
 )
 
 // MaxBatchBytes bounds a produce request per partition, which is one
@@ -26,15 +24,22 @@ import (
 // kafka-go measures it, without sending it (TooLarge).
 const MaxBatchBytes = 1_040_000
 
+// The defaults of Config.
+const (
+	// DefaultBatchSize is Config.BatchSize's default.
+	DefaultBatchSize = 1000
+	// DefaultTimeout is Config.Timeout's default.
+	DefaultTimeout = 10 * time.Second
+)
+
 // Config configures a Writer.
 type Config struct {
 	Brokers []string
 	Topic   string
 	// BatchSize is the most messages in one produce request per partition.
-	// Default: the pipeline's batch size, config.Defaults().BatchSize.
+	// Default: DefaultBatchSize.
 	BatchSize int
-	// Timeout bounds one Write, retries included. Default: the pipeline's
-	// Kafka timeout, config.Defaults().KafkaTimeout.
+	// Timeout bounds one Write, retries included. Default: DefaultTimeout.
 	Timeout time.Duration
 	Logger  *zap.Logger
 	// TLS, when set, is used for every broker connection.
@@ -52,7 +57,7 @@ type Writer struct {
 	timeout time.Duration
 	log     *zap.Logger
 	// sampled reports refused messages and the batches split to find
-	// them: at most one line of each kind per 10 s.
+	// them: each distinct line at most once per logs.SampleEvery.
 	sampled *zap.Logger
 	// mu makes Writes one at a time: finding a refused message relies on
 	// a message sent alone being alone in its produce request.
@@ -61,12 +66,11 @@ type Writer struct {
 
 // New returns a Writer; it connects on first use.
 func New(cfg Config) *Writer {
-	d := config.Defaults()
 	if cfg.BatchSize == 0 {
-		cfg.BatchSize = d.BatchSize
+		cfg.BatchSize = DefaultBatchSize
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = d.KafkaTimeout
+		cfg.Timeout = DefaultTimeout
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -76,9 +80,7 @@ func New(cfg Config) *Writer {
 	return &Writer{
 		timeout: cfg.Timeout,
 		log:     log,
-		sampled: log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
-			return zapcore.NewSamplerWithOptions(c, 10*time.Second, 1, 0)
-		})),
+		sampled: logs.Sampled(log),
 		w: &kafka.Writer{
 			Addr:     kafka.TCP(cfg.Brokers...),
 			Topic:    cfg.Topic,
@@ -108,8 +110,8 @@ func New(cfg Config) *Writer {
 				// reported unknown and retried for ever, instead of refused.
 				MetadataTopics: []string{cfg.Topic},
 			},
-			Logger:      KafkaLogger(log, zapcore.DebugLevel),
-			ErrorLogger: KafkaLogger(log, zapcore.WarnLevel),
+			Logger:      logs.Kafka(log, zap.DebugLevel),
+			ErrorLogger: logs.Kafka(log, zap.WarnLevel),
 		},
 	}
 }
@@ -117,6 +119,14 @@ func New(cfg Config) *Writer {
 // Close flushes and closes the connections. A Write after it fails with
 // ErrPermanent.
 func (w *Writer) Close() error { return w.w.Close() }
+
+// Topic is the topic w writes: the worker names it when the broker
+// refuses the writes for good (the right its Kafka user lacks).
+func (w *Writer) Topic() string { return w.w.Topic }
+
+// MaxMessageBytes is the largest message Write sends, MaxBatchBytes, as
+// kafka-go measures it; Write rejects a larger one (TooLarge).
+func (w *Writer) MaxMessageBytes() int { return MaxBatchBytes }
 
 // sourcePartition sends a message to the partition of its source modulo
 // the partition count; messages without the header go to partition 0.
@@ -132,14 +142,4 @@ func (sourcePartition) Balance(msg kafka.Message, partitions ...int) int {
 		}
 	}
 	return partitions[0]
-}
-
-// KafkaLogger logs kafka-go's messages at level to l, or is nil when l
-// would drop them: kafka-go then skips formatting them (its writer has a
-// debug line for every produce).
-func KafkaLogger(l *zap.Logger, level zapcore.Level) kafka.Logger {
-	if !l.Core().Enabled(level) {
-		return nil
-	}
-	return kafka.LoggerFunc(func(f string, a ...any) { l.Log(level, fmt.Sprintf(f, a...)) })
 }

@@ -378,7 +378,11 @@ func TestUnacknowledgedAtTheDeadline(t *testing.T) {
 			h.Remove()
 			again := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second})
 			defer again.Close()
-			if _, err := write(t, again, we.Unacknowledged(msgs)); err != nil {
+			pending, cause := we.Unacknowledged(msgs)
+			if len(pending) != len(want) || cause != we.Err || cause == nil {
+				t.Fatalf("Unacknowledged: %d messages and %v; want %d and Err, %v", len(pending), cause, len(want), we.Err)
+			}
+			if _, err := write(t, again, pending); err != nil {
 				t.Fatalf("writing the unacknowledged messages again: %v", err)
 			}
 			n := copies(t, k, "out", msgs)
@@ -407,7 +411,9 @@ func TestRefusedForContent(t *testing.T) {
 		size    func(i int) int
 		refused []int
 		reason  sink.Reason
-		code    error
+		// deadLetter is the reason of their dead letters.
+		deadLetter record.Reason
+		code       error
 		// fault, if set, makes the broker refuse, with code, the batches that
 		// hold message i's key.
 		fault *kerr.Error
@@ -418,7 +424,7 @@ func TestRefusedForContent(t *testing.T) {
 				return 2 * limit
 			}
 			return 100
-		}, refused: []int{37}, reason: sink.TooLarge, code: kafka.MessageSizeTooLarge},
+		}, refused: []int{37}, reason: sink.TooLarge, deadLetter: record.TooLarge, code: kafka.MessageSizeTooLarge},
 		{name: "two too large, one just under", size: func(i int) int {
 			switch i {
 			case 0, 299:
@@ -427,9 +433,9 @@ func TestRefusedForContent(t *testing.T) {
 				return limit - 200 // the batch header and the record's framing fit
 			}
 			return 100
-		}, refused: []int{0, 299}, reason: sink.TooLarge, code: kafka.MessageSizeTooLarge},
-		{name: "INVALID_RECORD", size: func(int) int { return 100 }, refused: []int{201}, reason: sink.Invalid, code: kafka.InvalidRecord, fault: kerr.InvalidRecord},
-		{name: "CORRUPT_MESSAGE", size: func(int) int { return 100 }, refused: []int{5}, reason: sink.Invalid, code: kafka.InvalidMessage, fault: kerr.CorruptMessage},
+		}, refused: []int{0, 299}, reason: sink.TooLarge, deadLetter: record.TooLarge, code: kafka.MessageSizeTooLarge},
+		{name: "INVALID_RECORD", size: func(int) int { return 100 }, refused: []int{201}, reason: sink.Invalid, deadLetter: record.Refused, code: kafka.InvalidRecord, fault: kerr.InvalidRecord},
+		{name: "CORRUPT_MESSAGE", size: func(int) int { return 100 }, refused: []int{5}, reason: sink.Invalid, deadLetter: record.Refused, code: kafka.InvalidMessage, fault: kerr.CorruptMessage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := testenv.StartKafka(t, nil)
@@ -480,6 +486,21 @@ func TestRefusedForContent(t *testing.T) {
 				}
 				if !slices.Equal(idx, tc.refused) {
 					t.Fatalf("rejected %v, want %v", idx, tc.refused)
+				}
+				// Refused says the same to a caller that knows only errors
+				// and dead-letter reasons.
+				var refused []int
+				for i, rerr := range we.Refused() {
+					refused = append(refused, i)
+					if got := record.ReasonOf(rerr); got != tc.deadLetter || !errors.Is(rerr, tc.code) {
+						t.Errorf("Refused: message %d, reason %v, %v; want %v with %v", i, got, rerr, tc.deadLetter, tc.code)
+					}
+				}
+				if !slices.Equal(refused, tc.refused) {
+					t.Fatalf("Refused yields %v, want %v", refused, tc.refused)
+				}
+				if pending, cause := we.Unacknowledged(msgs); len(pending) != 0 || cause != nil {
+					t.Fatalf("Unacknowledged: %d messages and %v; want none", len(pending), cause)
 				}
 				t.Logf("%v", err)
 			}

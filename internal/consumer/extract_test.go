@@ -10,15 +10,14 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"dedupe-worker/config"
 	"dedupe-worker/internal/record"
 )
 
-// extractor is the Extractor of DEDUPE_ID_FIELD idField (with its
-// forms key and header:NAME) and DEDUPE_TIME_FIELD timeField.
+// extractor is the Extractor of the JSON field path idField (with its
+// forms key and header:NAME) and the time field path timeField.
 func extractor(t testing.TB, idField, timeField string) *Extractor {
 	t.Helper()
-	src, err := config.ParseIDSource("json", idField, "")
+	src, err := ParseIDSource("json", idField, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,31 +133,31 @@ func TestExtractWithoutParsing(t *testing.T) {
 	deep := []byte(strings.Repeat("[", 100000))
 	for _, tc := range []struct {
 		name       string
-		src        config.IDSource
+		src        IDSource
 		timeHeader string
 		msg        kafka.Message
 		id         string
 		at         time.Time
 		err        error
 	}{
-		{"binary key", config.IDSource{Kind: config.KeyID}, "", kafka.Message{Key: binary, Value: binary, Time: ts}, string(binary), ts, nil},
-		{"key, a deep value", config.IDSource{Kind: config.KeyID}, "", kafka.Message{Key: []byte("k"), Value: deep, Time: ts}, "k", ts, nil},
-		{"header", config.IDSource{Kind: config.HeaderID, Header: "x-id"}, "", kafka.Message{Value: binary, Time: ts,
+		{"binary key", IDSource{Kind: KeyID}, "", kafka.Message{Key: binary, Value: binary, Time: ts}, string(binary), ts, nil},
+		{"key, a deep value", IDSource{Kind: KeyID}, "", kafka.Message{Key: []byte("k"), Value: deep, Time: ts}, "k", ts, nil},
+		{"header", IDSource{Kind: HeaderID, Header: "x-id"}, "", kafka.Message{Value: binary, Time: ts,
 			Headers: []kafka.Header{{Key: "other", Value: []byte("no")}, {Key: "x-id", Value: binary}}}, string(binary), ts, nil},
-		{"value", config.IDSource{Kind: config.ValueID}, "", kafka.Message{Value: binary, Time: ts}, string(AppendValueID(nil, binary)), ts, nil},
-		{"time header, millis", config.IDSource{Kind: config.KeyID}, "event-time",
+		{"value", IDSource{Kind: ValueID}, "", kafka.Message{Value: binary, Time: ts}, string(AppendValueID(nil, binary)), ts, nil},
+		{"time header, millis", IDSource{Kind: KeyID}, "event-time",
 			kafka.Message{Key: []byte("k"), Headers: []kafka.Header{{Key: "event-time", Value: []byte(ms)}}}, "k", ts, nil},
-		{"time header, RFC 3339", config.IDSource{Kind: config.ValueID}, "event-time",
+		{"time header, RFC 3339", IDSource{Kind: ValueID}, "event-time",
 			kafka.Message{Value: binary, Headers: []kafka.Header{{Key: "event-time", Value: []byte(ts.Format(time.RFC3339Nano))}}}, string(AppendValueID(nil, binary)), ts, nil},
-		{"time header missing", config.IDSource{Kind: config.KeyID}, "event-time", kafka.Message{Key: []byte("k"), Time: ts}, "", time.Time{}, ErrNoTime},
-		{"time header unreadable", config.IDSource{Kind: config.KeyID}, "event-time",
+		{"time header missing", IDSource{Kind: KeyID}, "event-time", kafka.Message{Key: []byte("k"), Time: ts}, "", time.Time{}, ErrNoTime},
+		{"time header unreadable", IDSource{Kind: KeyID}, "event-time",
 			kafka.Message{Key: []byte("k"), Headers: []kafka.Header{{Key: "event-time", Value: []byte("noon")}}}, "", time.Time{}, ErrBadTime},
-		{"no timestamp", config.IDSource{Kind: config.HeaderID, Header: "x-id"}, "", kafka.Message{Headers: []kafka.Header{{Key: "x-id", Value: []byte("h")}}}, "", time.Time{}, ErrNoTime},
-		{"no key", config.IDSource{Kind: config.KeyID}, "", kafka.Message{Value: binary, Time: ts}, "", time.Time{}, ErrNoKey},
-		{"no header", config.IDSource{Kind: config.HeaderID, Header: "x-id"}, "", kafka.Message{Value: binary, Time: ts,
+		{"no timestamp", IDSource{Kind: HeaderID, Header: "x-id"}, "", kafka.Message{Headers: []kafka.Header{{Key: "x-id", Value: []byte("h")}}}, "", time.Time{}, ErrNoTime},
+		{"no key", IDSource{Kind: KeyID}, "", kafka.Message{Value: binary, Time: ts}, "", time.Time{}, ErrNoKey},
+		{"no header", IDSource{Kind: HeaderID, Header: "x-id"}, "", kafka.Message{Value: binary, Time: ts,
 			Headers: []kafka.Header{{Key: "X-Id", Value: []byte("case differs")}}}, "", time.Time{}, ErrNoHeader},
-		{"empty header", config.IDSource{Kind: config.HeaderID, Header: "x-id"}, "", kafka.Message{Time: ts, Headers: []kafka.Header{{Key: "x-id", Value: []byte{}}}}, "", time.Time{}, ErrEmptyHeader},
-		{"empty value", config.IDSource{Kind: config.ValueID}, "", kafka.Message{Key: []byte("k"), Time: ts}, "", time.Time{}, ErrEmptyValue},
+		{"empty header", IDSource{Kind: HeaderID, Header: "x-id"}, "", kafka.Message{Time: ts, Headers: []kafka.Header{{Key: "x-id", Value: []byte{}}}}, "", time.Time{}, ErrEmptyHeader},
+		{"empty value", IDSource{Kind: ValueID}, "", kafka.Message{Key: []byte("k"), Time: ts}, "", time.Time{}, ErrEmptyValue},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := NewExtractor(tc.src, "", tc.timeHeader)
@@ -171,8 +170,14 @@ func TestExtractWithoutParsing(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewExtractor(config.IDSource{Kind: config.KeyID}, "ts", ""); err == nil {
+	if _, err := NewExtractor(IDSource{Kind: KeyID}, "ts", ""); err == nil {
 		t.Error("a JSON time field with the ID from the key: no error")
+	}
+	// The event time's path is read as the ID's paths are.
+	for _, bad := range []string{".", "a.", "a..b", strings.Repeat("a.", MaxPathFields) + "a"} {
+		if _, err := NewExtractor(IDSource{Kind: JSONID, Paths: [][]string{{"id"}}}, bad, ""); err == nil {
+			t.Errorf("an event time at %q: no error", bad)
+		}
 	}
 }
 
@@ -190,7 +195,7 @@ func TestExtractReasons(t *testing.T) {
 	}
 	for err, r := range want {
 		// Wrapped as the composite's parts wrap them.
-		if got := reasonOf(fmt.Errorf("%w: part x", err)); got != r || !labels[got.String()] {
+		if got := record.ReasonOf(fmt.Errorf("%w: part x", err)); got != r || !labels[got.String()] {
 			t.Errorf("%v: reason %v, want %v", err, got, r)
 		}
 	}

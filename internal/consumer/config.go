@@ -1,0 +1,142 @@
+package consumer
+
+import (
+	"crypto/tls"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go/sasl"
+	"go.uber.org/zap"
+)
+
+// The defaults and limits of Config: New takes a zero field as its
+// default and refuses a value out of its limits.
+const (
+	// DefaultBatchSize is BatchSize's default; MaxBatchSize its largest
+	// value.
+	DefaultBatchSize = 1000
+	MaxBatchSize     = 10000
+	// DefaultBatchLinger is BatchLinger's default, from MinBatchLinger to
+	// MaxBatchLinger.
+	DefaultBatchLinger = 100 * time.Millisecond
+	MinBatchLinger     = time.Millisecond
+	MaxBatchLinger     = time.Minute
+	// DefaultBatchBytes is BatchBytes's default.
+	DefaultBatchBytes = 16 << 20
+	// DefaultKafkaTimeout is KafkaTimeout's default, from MinKafkaTimeout
+	// to MaxKafkaTimeout.
+	DefaultKafkaTimeout = 10 * time.Second
+	MinKafkaTimeout     = 100 * time.Millisecond
+	MaxKafkaTimeout     = 5 * time.Minute
+	// DefaultSessionTimeout is SessionTimeout's default, from
+	// MinSessionTimeout to MaxSessionTimeout.
+	DefaultSessionTimeout = 10 * time.Second
+	MinSessionTimeout     = 500 * time.Millisecond
+	MaxSessionTimeout     = 5 * time.Minute
+	// DefaultShutdownTimeout is ShutdownTimeout's default.
+	DefaultShutdownTimeout = 30 * time.Second
+)
+
+// Config configures a Worker. A zero field takes its default.
+type Config struct {
+	Brokers []string
+	Topic   string
+	GroupID string
+
+	// BatchSize is the most messages per batch, from 1 to MaxBatchSize.
+	// Default: DefaultBatchSize.
+	BatchSize int
+	// BatchLinger flushes a partial batch this long after its first
+	// message, from MinBatchLinger to MaxBatchLinger. Default:
+	// DefaultBatchLinger.
+	BatchLinger time.Duration
+	// BatchBytes ends a batch once its keys, values and headers reach this
+	// many bytes, so that large messages do not make huge batches.
+	// Default: DefaultBatchBytes (16 MiB).
+	BatchBytes int
+	// KafkaTimeout bounds each Kafka call, from MinKafkaTimeout to
+	// MaxKafkaTimeout. Default: DefaultKafkaTimeout.
+	KafkaTimeout time.Duration
+	// ShutdownTimeout bounds finishing the batch in hand and leaving the
+	// group once Run's context is cancelled. Default:
+	// DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// SessionTimeout of the consumer group, from MinSessionTimeout to
+	// MaxSessionTimeout; the other group timings derive from it
+	// (GroupTimingsFor). Default: DefaultSessionTimeout.
+	SessionTimeout time.Duration
+	// Start is where the group begins when it has no committed offsets.
+	// Default: the earliest offset.
+	Start Start
+	// DeadLetterLate sends events the filter finds Late or Future to the
+	// dead-letter topic (reasons late and future) instead of forwarding
+	// them undeduplicated with the UndeduplicatedHeader.
+	DeadLetterLate bool
+	// Shadow forwards every valid event, duplicates too, each deduplicated
+	// one with the record.VerdictHeader, and events beyond the lag bound
+	// undeduplicated whatever DeadLetterLate says; the decisions and what
+	// the filter records are those of drop mode.
+	Shadow bool
+	// Now is the clock of the event-time lag, the filter's. Default: time.Now.
+	Now func() time.Time
+
+	// Extractor reads each message's ID and event time. Required.
+	Extractor *Extractor
+	// Logger, Metrics: default, none.
+	Logger  *zap.Logger
+	Metrics *Metrics
+
+	// TLS and SASL, when set, secure every connection of the reader.
+	TLS  *tls.Config
+	SASL sasl.Mechanism
+}
+
+// setDefaults fills what is not set with its default.
+func (c *Config) setDefaults() {
+	orDefault(&c.BatchSize, DefaultBatchSize)
+	orDefault(&c.BatchLinger, DefaultBatchLinger)
+	orDefault(&c.BatchBytes, DefaultBatchBytes)
+	orDefault(&c.KafkaTimeout, DefaultKafkaTimeout)
+	orDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	orDefault(&c.SessionTimeout, DefaultSessionTimeout)
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil, "")
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// orDefault sets *v to def when *v is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// validate names the first field out of its limits.
+func (c *Config) validate() error {
+	switch {
+	case c.Extractor == nil:
+		return fmt.Errorf("consumer: no extractor")
+	case len(c.Brokers) == 0 || c.Topic == "" || c.GroupID == "":
+		return fmt.Errorf("consumer: brokers, topic and group are required")
+	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
+		return fmt.Errorf("consumer: batch size %d: want 1 to %d", c.BatchSize, MaxBatchSize)
+	case c.BatchLinger < MinBatchLinger || c.BatchLinger > MaxBatchLinger:
+		return fmt.Errorf("consumer: batch linger %v: want %v to %v", c.BatchLinger, MinBatchLinger, MaxBatchLinger)
+	case c.BatchBytes < 1:
+		return fmt.Errorf("consumer: batch bytes %d: want 1 or more", c.BatchBytes)
+	case c.KafkaTimeout < MinKafkaTimeout || c.KafkaTimeout > MaxKafkaTimeout:
+		return fmt.Errorf("consumer: Kafka timeout %v: want %v to %v", c.KafkaTimeout, MinKafkaTimeout, MaxKafkaTimeout)
+	case c.SessionTimeout < MinSessionTimeout || c.SessionTimeout > MaxSessionTimeout:
+		return fmt.Errorf("consumer: session timeout %v: want %v to %v", c.SessionTimeout, MinSessionTimeout, MaxSessionTimeout)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("consumer: shutdown timeout %v: want 0 or more", c.ShutdownTimeout)
+	}
+	return nil
+}
