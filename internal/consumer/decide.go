@@ -31,8 +31,8 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 	clear(seen)
 	// Composite and value IDs are made in the header blocks, which live
 	// as long as the batch's messages.
-	hb := &b.hb
-	hb.reset()
+	headers := &b.headers
+	headers.reset()
 	for i := range batch {
 		m := &batch[i]
 		k := [2]int64{int64(m.Partition), m.Offset}
@@ -43,12 +43,12 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 		if size := messageBytes(m); size > w.maxMessageBytes {
 			// It could be produced neither forward nor as a dead letter, and
 			// would stop the partition: dead-letter it without its value.
-			tl := *m
-			tl.Value = nil
-			dead = w.deadLetter(dead, &tl, fmt.Errorf("%w: %d bytes, more than %d", ErrTooLarge, size, w.maxMessageBytes))
+			noValue := *m
+			noValue.Value = nil
+			dead = w.deadLetter(dead, &noValue, fmt.Errorf("%w: %d bytes, more than %d", ErrTooLarge, size, w.maxMessageBytes))
 			continue
 		}
-		id, at, err := w.cfg.Extractor.extract(m, hb)
+		id, at, err := w.cfg.Extractor.extract(m, headers)
 		if err != nil {
 			dead = w.deadLetter(dead, m, err)
 			continue
@@ -76,8 +76,8 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 	var counts [math.MaxUint8 + 1]int
 	// Per input partition, first and duplicate verdicts: a batch holds a
 	// few partitions, mostly in runs.
-	var pcBuf [16]partitionCount
-	pc := pcBuf[:0]
+	var perPartitionBuf [16]partitionCount
+	perPartition := perPartitionBuf[:0]
 	shadow := w.cfg.Shadow
 	deadLetterLate := w.cfg.DeadLetterLate && !shadow
 	now := w.cfg.Now()
@@ -96,20 +96,20 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 				continue
 			}
 			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
-				Headers: hb.with(m, id, kafka.Header{Key: record.UndeduplicatedHeader, Value: []byte(v.String())})})
+				Headers: headers.with(m, id, kafka.Header{Key: record.UndeduplicatedHeader, Value: []byte(v.String())})})
 			continue
 		}
-		rv := record.First
+		verdict := record.First
 		if !v.Forward() {
-			rv = record.Duplicate
+			verdict = record.Duplicate
 		}
-		pc = countPartition(pc, int32(m.Partition), rv)
+		perPartition = countPartition(perPartition, int32(m.Partition), verdict)
 		switch {
 		case shadow:
 			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
-				Headers: hb.with(m, id, kafka.Header{Key: record.VerdictHeader, Value: rv.Value()})})
-		case rv == record.First:
-			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time, Headers: hb.with(m, id)})
+				Headers: headers.with(m, id, kafka.Header{Key: record.VerdictHeader, Value: verdict.Value()})})
+		case verdict == record.First:
+			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time, Headers: headers.with(m, id)})
 		}
 	}
 	b.out, b.dead = out, dead
@@ -118,7 +118,7 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 			w.m.verdicts.WithLabelValues(bloom.Verdict(v).String()).Add(float64(n))
 		}
 	}
-	for _, c := range pc {
+	for _, c := range perPartition {
 		w.m.addPartitionVerdicts(w.cfg.Topic, c.partition, c.n)
 	}
 	if firstLate >= 0 {
@@ -140,22 +140,22 @@ type partitionCount struct {
 	n         [2]int
 }
 
-// countPartition counts verdict v of partition p into pc, which it
+// countPartition counts verdict v of partition p into perPartition, which it
 // returns.
-func countPartition(pc []partitionCount, p int32, v record.Verdict) []partitionCount {
-	if n := len(pc); n > 0 && pc[n-1].partition == p {
-		pc[n-1].n[v]++
-		return pc
+func countPartition(perPartition []partitionCount, p int32, v record.Verdict) []partitionCount {
+	if n := len(perPartition); n > 0 && perPartition[n-1].partition == p {
+		perPartition[n-1].n[v]++
+		return perPartition
 	}
-	for i := range pc {
-		if pc[i].partition == p {
-			pc[i].n[v]++
-			return pc
+	for i := range perPartition {
+		if perPartition[i].partition == p {
+			perPartition[i].n[v]++
+			return perPartition
 		}
 	}
 	c := partitionCount{partition: p}
 	c.n[v]++
-	return append(pc, c)
+	return append(perPartition, c)
 }
 
 // beyondBound is the dead-letter reason of a Late or Future verdict.

@@ -82,7 +82,7 @@ type buffers struct {
 	out     []kafka.Message
 	dead    []kafka.Message
 	seen    map[[2]int64]struct{}
-	hb      headerBuf
+	headers headerBuf
 	last    []kafka.Message // per partition, the message to commit
 	// retried is set when a write of the batch failed. kafka-go may still
 	// hold its messages in a produce request it abandoned, so the buffers

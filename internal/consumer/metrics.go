@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,6 +84,18 @@ func stepPhrase(step string) string {
 	return step
 }
 
+// verdictLabels are the labels of the filter's verdicts: the help of
+// dedupe_verdicts_total and its series made at 0. Package bloom has no
+// list of them yet, so this counts on FirstSeen and Future being its first
+// and last; it is the one place in the worker that does.
+func verdictLabels() []string {
+	var labels []string
+	for v := bloom.FirstSeen; v <= bloom.Future; v++ {
+		labels = append(labels, v.String())
+	}
+	return labels
+}
+
 // EventLagBuckets span a second to a week, dense around the lag bounds
 // operators choose (minutes to hours).
 var EventLagBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200, 10800,
@@ -99,7 +112,7 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupe_events_forwarded_total",
 			Help: "Messages written to the output topic.", ConstLabels: l}),
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_verdicts_total",
-			Help: "Decisions by verdict: first_seen, duplicate, replayed_first_seen, replayed_duplicate, replay_unknown, late, future.", ConstLabels: l}, []string{"verdict"}),
+			Help: "Decisions by verdict: " + strings.Join(verdictLabels(), ", ") + ".", ConstLabels: l}, []string{"verdict"}),
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_events_dead_lettered_total",
 			Help: "Messages sent to the dead-letter topic, by reason.", ConstLabels: l}, []string{"reason"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_errors_total",
@@ -126,8 +139,8 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	// Every label value the worker can use exists from the start, at 0, so
 	// that a rate over it is 0 rather than no data, and an alert on it
 	// fires on the first event rather than the second.
-	for v := bloom.FirstSeen; v <= bloom.Future; v++ {
-		m.verdicts.WithLabelValues(v.String())
+	for _, v := range verdictLabels() {
+		m.verdicts.WithLabelValues(v)
 	}
 	for _, r := range record.Reasons() {
 		m.deadLettered.WithLabelValues(r.String())

@@ -11,15 +11,15 @@ import (
 )
 
 // newReader is the group member that reads the input. Offsets are
-// committed by deliver, synchronously, once per batch; gl logs what
+// committed by deliver, synchronously, once per batch; kafkaLog logs what
 // kafka-go reports.
-func (w *Worker) newReader(gl *zap.Logger) *kafka.Reader {
-	return kafka.NewReader(readerConfig(w.cfg, GroupTimingsFor(w.cfg.SessionTimeout), gl))
+func (w *Worker) newReader(kafkaLog *zap.Logger) *kafka.Reader {
+	return kafka.NewReader(readerConfig(w.cfg, GroupTimingsFor(w.cfg.SessionTimeout), kafkaLog))
 }
 
 // readerConfig is the configuration of the reader of cfg's topic, in
 // cfg's group, with the group timings g.
-func readerConfig(cfg Config, g GroupTimings, gl *zap.Logger) kafka.ReaderConfig {
+func readerConfig(cfg Config, g GroupTimings, kafkaLog *zap.Logger) kafka.ReaderConfig {
 	return kafka.ReaderConfig{
 		Brokers:  cfg.Brokers,
 		GroupID:  cfg.GroupID,
@@ -44,8 +44,8 @@ func readerConfig(cfg Config, g GroupTimings, gl *zap.Logger) kafka.ReaderConfig
 		ReadBackoffMax:    time.Second,
 		MaxAttempts:       3,
 		Dialer:            &kafka.Dialer{Timeout: cfg.KafkaTimeout, TLS: cfg.TLS, SASLMechanism: cfg.SASL, ClientID: ClientID(cfg.GroupID)},
-		Logger:            logs.Kafka(gl, zap.DebugLevel),
-		ErrorLogger:       logs.Kafka(gl, zap.WarnLevel),
+		Logger:            logs.Kafka(kafkaLog, zap.DebugLevel),
+		ErrorLogger:       logs.Kafka(kafkaLog, zap.WarnLevel),
 	}
 }
 

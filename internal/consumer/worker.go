@@ -138,9 +138,8 @@ func (w *Worker) Ready() bool {
 // decided and not delivered are read again after the restart and get their
 // recorded decisions.
 func (w *Worker) Run(ctx context.Context) error {
-	kl := w.log.With(zap.String("topic", w.cfg.Topic), zap.String("group", w.cfg.GroupID))
-	gl := logs.Sampled(kl)
-	w.kafkaLog = gl
+	groupLog := w.log.With(zap.String("topic", w.cfg.Topic), zap.String("group", w.cfg.GroupID))
+	w.kafkaLog = logs.Sampled(groupLog)
 	if err := w.retry(ctx, &w.fetching, StepStart, w.cfg.Topic, func(ctx context.Context) error {
 		// The Transport asks for the input topic by name: from a cache of
 		// all topics, a topic the user may not read would just be missing
@@ -151,7 +150,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer cl.Transport.(*kafka.Transport).CloseIdleConnections()
 		set, err := SetStart(ctx, cl, w.cfg.GroupID, w.cfg.Topic, w.cfg.Start, w.cfg.KafkaTimeout)
 		if set {
-			kl.Info("new consumer group: start offsets committed", zap.Stringer("start", w.cfg.Start))
+			groupLog.Info("new consumer group: start offsets committed", zap.Stringer("start", w.cfg.Start))
 		}
 		return err
 	}); err != nil {
@@ -164,7 +163,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	r := w.newReader(gl)
+	r := w.newReader(w.kafkaLog)
 	w.running.Store(true)
 	// Two stages: this goroutine fetches and decides batch n+1 while
 	// deliver produces and commits batch n, in order. wctx outlives ctx by
@@ -276,10 +275,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	select {
 	case err := <-closed:
 		if err != nil {
-			kl.Warn("closing the reader", zap.Error(err))
+			groupLog.Warn("closing the reader", zap.Error(err))
 		}
 	case <-time.After(wait):
-		kl.Warn("the reader did not close in time: leaving the group to the session timeout", zap.Duration("waited", wait))
+		groupLog.Warn("the reader did not close in time: leaving the group to the session timeout", zap.Duration("waited", wait))
 	}
 	return runErr
 }

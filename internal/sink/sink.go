@@ -53,7 +53,8 @@ type Config struct {
 // partition modulo the output's partition count), so their order is kept
 // (but see Write for retries).
 type Writer struct {
-	w       *kafka.Writer
+	// writer is the kafka-go writer that sends the produce requests.
+	writer  *kafka.Writer
 	timeout time.Duration
 	log     *zap.Logger
 	// sampled reports refused messages and the batches split to find
@@ -81,7 +82,7 @@ func New(cfg Config) *Writer {
 		timeout: cfg.Timeout,
 		log:     log,
 		sampled: logs.Sampled(log),
-		w: &kafka.Writer{
+		writer: &kafka.Writer{
 			Addr:     kafka.TCP(cfg.Brokers...),
 			Topic:    cfg.Topic,
 			Balancer: sourcePartition{},
@@ -118,11 +119,11 @@ func New(cfg Config) *Writer {
 
 // Close flushes and closes the connections. A Write after it fails with
 // ErrPermanent.
-func (w *Writer) Close() error { return w.w.Close() }
+func (w *Writer) Close() error { return w.writer.Close() }
 
 // Topic is the topic w writes: the worker names it when the broker
 // refuses the writes for good (the right its Kafka user lacks).
-func (w *Writer) Topic() string { return w.w.Topic }
+func (w *Writer) Topic() string { return w.writer.Topic }
 
 // MaxMessageBytes is the largest message Write sends, MaxBatchBytes, as
 // kafka-go measures it; Write rejects a larger one (TooLarge).

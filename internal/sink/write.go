@@ -191,7 +191,7 @@ func (s *send) call(ctx context.Context, g []int) ([]error, error) {
 		s.buf = append(s.buf, s.msgs[i])
 	}
 	s.calls++
-	err := s.w.w.WriteMessages(ctx, s.buf...)
+	err := s.w.writer.WriteMessages(ctx, s.buf...)
 	answers := make([]error, len(g))
 	var werr kafka.WriteErrors
 	switch {
@@ -253,7 +253,7 @@ func (s *send) result(ctx context.Context, err error) error {
 		return nil
 	}
 	slices.SortFunc(s.rejected, func(a, b Rejection) int { return a.Index - b.Index })
-	e := &WriteError{Topic: s.w.w.Topic, Total: len(s.msgs), Rejected: s.rejected, Unacked: unacked}
+	e := &WriteError{Topic: s.w.writer.Topic, Total: len(s.msgs), Rejected: s.rejected, Unacked: unacked}
 	if len(unacked) > 0 {
 		cerr := ctx.Err()
 		switch {
