@@ -220,3 +220,25 @@ func TestBinaryLinksNoTestMachinery(t *testing.T) {
 		}
 	}
 }
+
+// The libraries own their rules: the engine, the worker and the producer
+// take their defaults and limits from their own constants, and only the
+// application's packages read DEDUPE_* variables. Nothing they link may be
+// config.
+func TestLibrariesDoNotReadTheApplicationsSettings(t *testing.T) {
+	root := repoRoot(t)
+	libs := []string{"./internal/bloom", "./internal/consumer", "./internal/sink", "./internal/record", "./internal/retry"}
+	pkgs := goList(t, root, append([]string{"-deps"}, libs...)...)
+	seen := 0
+	for _, p := range pkgs {
+		if p.ImportPath == module+"/config" {
+			t.Errorf("%s is linked by one of %v; a library must not read the application's settings", p.ImportPath, libs)
+		}
+		if strings.HasPrefix(p.ImportPath, module+"/internal/") {
+			seen++
+		}
+	}
+	if seen < len(libs) {
+		t.Fatalf("go list -deps %v listed %d of the module's packages, want at least %d", libs, seen, len(libs))
+	}
+}
