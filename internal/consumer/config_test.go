@@ -68,6 +68,9 @@ func TestConfigDefaultsAndLimits(t *testing.T) {
 			t.Errorf("%s out of its limits: %v", tc.says, err)
 		}
 	}
+	if _, err := New(validConfig(t), nil, nil, nil); err == nil || !strings.Contains(err.Error(), "producers") {
+		t.Errorf("no producers: %v", err)
+	}
 	// The limits themselves are taken.
 	c = validConfig(t)
 	c.BatchSize, c.BatchLinger, c.KafkaTimeout, c.SessionTimeout = MaxBatchSize, MinBatchLinger, MaxKafkaTimeout, MinSessionTimeout

@@ -88,12 +88,15 @@ type Worker struct {
 }
 
 // New returns a Worker; Run starts it. The error says which field of cfg
-// is out of its limits, or that the producers take no message the worker
-// can write.
+// is out of its limits, that a producer is missing, or that the producers
+// take no message the worker can write.
 func New(cfg Config, filter Filter, out, dlq Producer) (*Worker, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if out == nil || dlq == nil {
+		return nil, errors.New("consumer: both producers are required")
 	}
 	limit := min(out.MaxMessageBytes(), dlq.MaxMessageBytes()) - headerAllowance
 	if limit < 1 {
