@@ -18,6 +18,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/consumer"
 )
 
@@ -118,8 +119,9 @@ type Config struct {
 	HTTPAddr string `envconfig:"HTTP_ADDR" default:":8080"`
 	// LogLevel is debug, info, warn or error. Default: info.
 	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
-	// RedisTimeout bounds each Redis call. Default: 5s.
-	RedisTimeout time.Duration `envconfig:"REDIS_TIMEOUT" default:"5s"`
+	// RedisTimeout bounds each Redis call. Default: the engine's,
+	// bloom.DefaultCallTimeout (5s).
+	RedisTimeout time.Duration `envconfig:"REDIS_TIMEOUT"`
 	// KafkaTimeout bounds each Kafka call, and each write to the output
 	// and dead-letter topics. Default: consumer.DefaultKafkaTimeout, 10s.
 	KafkaTimeout time.Duration `envconfig:"KAFKA_TIMEOUT"`
@@ -235,6 +237,7 @@ func Defaults() Config {
 	c.BatchLinger = consumer.DefaultBatchLinger
 	c.KafkaTimeout = consumer.DefaultKafkaTimeout
 	c.KafkaSessionTimeout = consumer.DefaultSessionTimeout
+	c.RedisTimeout = bloom.DefaultCallTimeout
 	return c
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/consumer"
 )
 
@@ -185,19 +186,19 @@ func TestRequiredVariables(t *testing.T) {
 func TestParseIDSource(t *testing.T) {
 	for _, tc := range []struct {
 		from, field, header string
-		want                IDSource
+		want                consumer.IDSource
 		says                string
 	}{
-		{"json", "click_id", "", IDSource{Kind: JSONID, Paths: [][]string{{"click_id"}}}, "JSON field click_id"},
-		{"", "meta.id", "", IDSource{Kind: JSONID, Paths: [][]string{{"meta", "id"}}}, "JSON field meta.id"},
-		{"json", "tenant_id, meta.click_id", "", IDSource{Kind: JSONID, Paths: [][]string{{"tenant_id"}, {"meta", "click_id"}}},
+		{"json", "click_id", "", consumer.IDSource{Kind: consumer.JSONID, Paths: [][]string{{"click_id"}}}, "JSON field click_id"},
+		{"", "meta.id", "", consumer.IDSource{Kind: consumer.JSONID, Paths: [][]string{{"meta", "id"}}}, "JSON field meta.id"},
+		{"json", "tenant_id, meta.click_id", "", consumer.IDSource{Kind: consumer.JSONID, Paths: [][]string{{"tenant_id"}, {"meta", "click_id"}}},
 			"composite of JSON fields tenant_id, meta.click_id"},
-		{"key", "", "", IDSource{Kind: KeyID}, "the message key"},
-		{"header", "", "x-id", IDSource{Kind: HeaderID, Header: "x-id"}, `header "x-id"`},
-		{"value", "", "", IDSource{Kind: ValueID}, "a 128-bit hash of the value"},
+		{"key", "", "", consumer.IDSource{Kind: consumer.KeyID}, "the message key"},
+		{"header", "", "x-id", consumer.IDSource{Kind: consumer.HeaderID, Header: "x-id"}, `header "x-id"`},
+		{"value", "", "", consumer.IDSource{Kind: consumer.ValueID}, "a 128-bit hash of the value"},
 		// The forms DEDUPE_ID_FIELD had before DEDUPE_ID_FROM.
-		{"json", "key", "", IDSource{Kind: KeyID}, "the message key"},
-		{"", "header:x-id", "", IDSource{Kind: HeaderID, Header: "x-id"}, `header "x-id"`},
+		{"json", "key", "", consumer.IDSource{Kind: consumer.KeyID}, "the message key"},
+		{"", "header:x-id", "", consumer.IDSource{Kind: consumer.HeaderID, Header: "x-id"}, `header "x-id"`},
 	} {
 		got, err := ParseIDSource(tc.from, tc.field, tc.header)
 		if err != nil || !reflect.DeepEqual(got, tc.want) || got.String() != tc.says {
@@ -311,7 +312,7 @@ func TestREADMETableMatchesStruct(t *testing.T) {
 
 // libraryOwned are the fields whose default a library owns: they have no
 // default tag, and Defaults takes the library's constant.
-var libraryOwned = map[string]bool{"BatchSize": true, "BatchLinger": true, "KafkaTimeout": true, "KafkaSessionTimeout": true}
+var libraryOwned = map[string]bool{"BatchSize": true, "BatchLinger": true, "KafkaTimeout": true, "KafkaSessionTimeout": true, "RedisTimeout": true}
 
 // defaultText is a default as the README and the variables write it.
 func defaultText(v reflect.Value) string {
@@ -327,9 +328,10 @@ func defaultText(v reflect.Value) string {
 func TestLibraryDefaults(t *testing.T) {
 	d := Defaults()
 	if d.BatchSize != consumer.DefaultBatchSize || d.BatchLinger != consumer.DefaultBatchLinger ||
-		d.KafkaTimeout != consumer.DefaultKafkaTimeout || d.KafkaSessionTimeout != consumer.DefaultSessionTimeout {
-		t.Errorf("Defaults: batch %d, linger %v, Kafka timeout %v, session %v; want the worker's", d.BatchSize, d.BatchLinger,
-			d.KafkaTimeout, d.KafkaSessionTimeout)
+		d.KafkaTimeout != consumer.DefaultKafkaTimeout || d.KafkaSessionTimeout != consumer.DefaultSessionTimeout ||
+		d.RedisTimeout != bloom.DefaultCallTimeout {
+		t.Errorf("Defaults: batch %d, linger %v, Kafka timeout %v, session %v, Redis timeout %v; want the libraries'", d.BatchSize, d.BatchLinger,
+			d.KafkaTimeout, d.KafkaSessionTimeout, d.RedisTimeout)
 	}
 	typ := reflect.TypeOf(Config{})
 	for name := range libraryOwned {
@@ -385,6 +387,12 @@ func TestLibraryLimits(t *testing.T) {
 		{"BATCH_LINGER", consumer.MaxBatchLinger.String(), (consumer.MaxBatchLinger + time.Millisecond).String(), "want 1ms to 1m"},
 		{"KAFKA_TIMEOUT", consumer.MinKafkaTimeout.String(), (consumer.MinKafkaTimeout - time.Millisecond).String(), "want 100ms to 5m"},
 		{"KAFKA_SESSION_TIMEOUT", consumer.MaxSessionTimeout.String(), (consumer.MaxSessionTimeout + time.Second).String(), "want 500ms to 5m"},
+		{"WINDOW", bloom.MaxWindowLength.String(), (bloom.MaxWindowLength + time.Second).String(), "from 1s to 744h"},
+		{"MAX_LAG", bloom.MaxLagBound.String(), (bloom.MaxLagBound + time.Second).String(), "from 0 to 744h"},
+		{"EXPECTED_PER_WINDOW", fmt.Sprint(int64(bloom.MaxElements)), fmt.Sprint(int64(bloom.MaxElements) + 1), "want 1 to 1e+12"},
+		{"FALSE_POSITIVE_RATE", fmt.Sprint(bloom.MinFPR), fmt.Sprint(bloom.MinFPR * 0.9), "at least 1e-12"},
+		{"MAX_GROWTH", fmt.Sprint(bloom.MaxGrowthFactor), fmt.Sprint(bloom.MaxGrowthFactor + 1), fmt.Sprintf("to %d", bloom.MaxGrowthFactor)},
+		{"SHARDS", fmt.Sprint(bloom.MaxShards), fmt.Sprint(bloom.MaxShards + 1), fmt.Sprintf("want 1 to %d", bloom.MaxShards)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			setValidEnvFile(t, "clicks.env")

@@ -6,23 +6,6 @@ import (
 	"dedupe-worker/internal/consumer"
 )
 
-// IDSource is where the worker reads the ID. Package consumer owns the
-// type, its kinds and the reading of the three variables' values; these
-// names stay for the callers that know them by config's.
-//
-// Deprecated: use consumer.IDSource.
-type IDSource = consumer.IDSource
-
-// The kinds of IDSource, the values of DEDUPE_ID_FROM.
-//
-// Deprecated: use consumer.JSONID, KeyID, HeaderID and ValueID.
-const (
-	JSONID   = consumer.JSONID
-	KeyID    = consumer.KeyID
-	HeaderID = consumer.HeaderID
-	ValueID  = consumer.ValueID
-)
-
 // IDSource reads DEDUPE_ID_FROM, DEDUPE_ID_FIELD and DEDUPE_ID_HEADER.
 // The error is a *VarError naming the variable at fault.
 func (c Config) IDSource() (consumer.IDSource, error) {

@@ -6,13 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/consumer"
 )
 
 var (
-	// NamePattern is a pipeline's name, and anything else that becomes
-	// part of a Redis key or a metric label.
-	NamePattern  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
 	topicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 )
 
@@ -35,7 +33,7 @@ func bad(name, format string, args ...any) error {
 // Validate checks every field and names the first variable out of range.
 func (c Config) Validate() error {
 	switch {
-	case !NamePattern.MatchString(c.Pipeline):
+	case !bloom.NamePattern.MatchString(c.Pipeline):
 		return bad("PIPELINE", "%q: want 1 to 100 letters, digits, '.', '_' or '-'", c.Pipeline)
 	case len(c.KafkaBrokers) == 0 || hasEmpty(c.KafkaBrokers):
 		return bad("KAFKA_BROKERS", "want host:port[,host:port...]")
@@ -51,22 +49,22 @@ func (c Config) Validate() error {
 		return bad("GROUP_ID", "want 1 to 255 characters")
 	case len(c.RedisAddrs) == 0 || hasEmpty(c.RedisAddrs):
 		return bad("REDIS_ADDRS", "want host:port[,host:port...]")
-	case c.Window < time.Second || c.Window%time.Second != 0 || c.Window > 31*24*time.Hour:
-		return bad("WINDOW", "%v: want whole seconds from 1s to 744h", c.Window)
+	case c.Window < time.Second || c.Window%time.Second != 0 || c.Window > bloom.MaxWindowLength:
+		return bad("WINDOW", "%v: want whole seconds from 1s to %s", c.Window, hours(bloom.MaxWindowLength))
 	case c.WindowMode != "rolling" && c.WindowMode != "fixed":
 		return bad("WINDOW_MODE", "%q: want rolling or fixed", c.WindowMode)
-	case c.MaxLag < 0 || c.MaxLag%time.Second != 0 || c.MaxLag > 31*24*time.Hour:
-		return bad("MAX_LAG", "%v: want whole seconds from 0 to 744h", c.MaxLag)
+	case c.MaxLag < 0 || c.MaxLag%time.Second != 0 || c.MaxLag > bloom.MaxLagBound:
+		return bad("MAX_LAG", "%v: want whole seconds from 0 to %s", c.MaxLag, hours(bloom.MaxLagBound))
 	case c.LatePolicy != LateForward && c.LatePolicy != LateDeadLetter:
 		return bad("LATE_POLICY", "%q: want %s or %s", c.LatePolicy, LateForward, LateDeadLetter)
-	case c.ExpectedPerWindow < 1 || c.ExpectedPerWindow > 1e12:
-		return bad("EXPECTED_PER_WINDOW", "%d: want 1 to 1e12", c.ExpectedPerWindow)
-	case !(c.FalsePositiveRate >= 1e-12 && c.FalsePositiveRate < 1):
-		return bad("FALSE_POSITIVE_RATE", "%g: want at least 1e-12 and less than 1", c.FalsePositiveRate)
-	case !(c.MaxGrowth >= 1 && c.MaxGrowth <= 16384):
-		return bad("MAX_GROWTH", "%g: want 1 (no growth) to 16384", c.MaxGrowth)
-	case c.Shards < 1 || c.Shards > 1024:
-		return bad("SHARDS", "%d: want 1 to 1024", c.Shards)
+	case c.ExpectedPerWindow < 1 || c.ExpectedPerWindow > bloom.MaxElements:
+		return bad("EXPECTED_PER_WINDOW", "%d: want 1 to %g", c.ExpectedPerWindow, float64(bloom.MaxElements))
+	case !(c.FalsePositiveRate >= bloom.MinFPR && c.FalsePositiveRate < 1):
+		return bad("FALSE_POSITIVE_RATE", "%g: want at least %g and less than 1", c.FalsePositiveRate, bloom.MinFPR)
+	case !(c.MaxGrowth >= 1 && c.MaxGrowth <= bloom.MaxGrowthFactor):
+		return bad("MAX_GROWTH", "%g: want 1 (no growth) to %d", c.MaxGrowth, bloom.MaxGrowthFactor)
+	case c.Shards < 1 || c.Shards > bloom.MaxShards:
+		return bad("SHARDS", "%d: want 1 to %d", c.Shards, bloom.MaxShards)
 	case c.BatchSize < 1 || c.BatchSize > consumer.MaxBatchSize:
 		return bad("BATCH_SIZE", "%d: want 1 to %d", c.BatchSize, consumer.MaxBatchSize)
 	case c.BatchLinger < consumer.MinBatchLinger || c.BatchLinger > consumer.MaxBatchLinger:
@@ -147,3 +145,6 @@ func shortDuration(d time.Duration) string {
 	}
 	return s
 }
+
+// hours prints a whole number of hours as 744h, not 744h0m0s.
+func hours(d time.Duration) string { return fmt.Sprintf("%dh", d/time.Hour) }
