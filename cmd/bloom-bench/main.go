@@ -254,7 +254,7 @@ func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode)
 	if o.backlog {
 		at, lag = now.Add(-24*time.Hour), 48*time.Hour
 	}
-	f, err := bloom.New(c, bloom.Config{Pipeline: "bench", Plan: plan, Windows: bloom.Windows{Length: 24 * time.Hour, Mode: mode, MaxLag: lag},
+	f, err := bloom.New(c, bloom.Config{Pipeline: "bench", Plan: plan, Window: bloom.Window{Length: 24 * time.Hour, Mode: mode, MaxLag: lag},
 		Now: func() time.Time { return now }})
 	if err != nil {
 		return result{}, err

@@ -106,7 +106,7 @@ func explainID(ctx context.Context, w io.Writer, f *bloom.Filter, cfg config.Con
 	if err != nil {
 		return err
 	}
-	win := f.Windows()
+	win := f.Window()
 	fmt.Fprintf(w, "ID %q, event time %s: %s window starting %s (bucket %d), shard %d\n",
 		id, t.UTC().Format(time.RFC3339), cfg.WindowMode, win.Start(e.Bucket).Format(time.RFC3339), e.Bucket, e.Shard)
 	fmt.Fprintf(w, "deduplicated until %s (the end of its window plus DEDUPE_MAX_LAG %v)\n", e.Deadline.Format(time.RFC3339), win.MaxLag)
@@ -160,7 +160,7 @@ func (in idInput) given() bool {
 
 // resolve makes the ID the worker would make from what was given, for the
 // pipeline's ID source; stdin is read for -value -.
-func (in idInput) resolve(src config.IDSource, stdin io.Reader) ([]byte, error) {
+func (in idInput) resolve(src consumer.IDSource, stdin io.Reader) ([]byte, error) {
 	n := 0
 	for _, set := range []bool{in.id != "", in.hex != "", len(in.parts) > 0, in.valueFile != ""} {
 		if set {
@@ -195,7 +195,7 @@ func (in idInput) resolve(src config.IDSource, stdin io.Reader) ([]byte, error) 
 		}
 		return consumer.AppendCompositeID(nil, parts...), nil
 	}
-	if src.Kind != config.ValueID {
+	if src.Kind != consumer.ValueID {
 		return nil, fmt.Errorf("-value is for DEDUPE_ID_FROM=value; this pipeline's ID is %s", src)
 	}
 	var v []byte

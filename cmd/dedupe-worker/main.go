@@ -134,7 +134,7 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	if ids != "" {
 		fmt.Fprintln(stdout, ids)
 	}
-	live := bloom.Windows{Length: *window, Mode: m, MaxLag: *maxLag}.Live()
+	live := bloom.Window{Length: *window, Mode: m, MaxLag: *maxLag}.Live()
 	fmt.Fprintf(stdout, "%s windows of %v with a lag bound of %v: %d windows of keys live at once\n", *mode, *window, *maxLag, live)
 	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "n per window\twindow\ttarget p\tlayout\tshards\tbits/ID\tclassic bits/ID (k)\tMiB per window\tMiB live (%d windows)\tachieved p\n", live)

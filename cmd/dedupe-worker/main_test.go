@@ -263,13 +263,13 @@ func TestBinarySIGTERMWhenNothingCanFinish(t *testing.T) {
 		return nil, nil, false
 	})
 	events(100, 150)
-	testenv.Eventually(t, 30*time.Second, "produces refused", func() bool { return metrics().Value("dedupe_errors_total", "step", "producing") > 0 })
+	testenv.Eventually(t, 30*time.Second, "produces refused", func() bool { return metrics().Value("dedupe_errors_total", "step", consumer.StepProduce) > 0 })
 	if err := srv.Pause(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Resume() })
 	events(150, 200)
-	testenv.Eventually(t, 30*time.Second, "test-and-set failing", func() bool { return metrics().Value("dedupe_errors_total", "step", "test-and-set") > 0 })
+	testenv.Eventually(t, 30*time.Second, "test-and-set failing", func() bool { return metrics().Value("dedupe_errors_total", "step", consumer.StepDecide) > 0 })
 
 	bound := 3*time.Second + consumer.ReaderCloseTimeout + app.CloseTimeout
 	took, err := terminate(t, cmd, stderr, bound+20*time.Second)

@@ -344,7 +344,7 @@ func worker(o options) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	f, err := bloom.New(rc, bloom.Config{Pipeline: "bench", Plan: plan, Windows: bloom.Windows{Length: 10 * time.Minute, Mode: bloom.Rolling}})
+	f, err := bloom.New(rc, bloom.Config{Pipeline: "bench", Plan: plan, Window: bloom.Window{Length: 10 * time.Minute, Mode: bloom.Rolling}})
 	if err != nil {
 		return result{}, err
 	}
@@ -399,9 +399,9 @@ func worker(o options) (result, error) {
 }
 
 // idSource is the worker's ID source and JSON time field for o.
-func idSource(o options) (config.IDSource, string, error) {
+func idSource(o options) (consumer.IDSource, string, error) {
 	if o.mode != config.ModeDrop && o.mode != config.ModeShadow {
-		return config.IDSource{}, "", fmt.Errorf("-mode %q: want drop or shadow", o.mode)
+		return consumer.IDSource{}, "", fmt.Errorf("-mode %q: want drop or shadow", o.mode)
 	}
 	switch o.idFrom {
 	case "json":
@@ -411,7 +411,7 @@ func idSource(o options) (config.IDSource, string, error) {
 		src, err := config.ParseIDSource("value", "", "")
 		return src, "", err
 	}
-	return config.IDSource{}, "", fmt.Errorf("-id-from %q: want json or value (the events' keys are not their IDs)", o.idFrom)
+	return consumer.IDSource{}, "", fmt.Errorf("-id-from %q: want json or value (the events' keys are not their IDs)", o.idFrom)
 }
 
 func idDesc(o options) string {

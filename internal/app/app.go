@@ -68,7 +68,7 @@ func newFilter(cfg config.Config, rc redis.UniversalClient, now func() time.Time
 	return bloom.New(rc, bloom.Config{
 		Pipeline:    cfg.Pipeline,
 		Plan:        plan,
-		Windows:     bloom.Windows{Length: cfg.Window, Mode: mode, MaxLag: cfg.MaxLag},
+		Window:      bloom.Window{Length: cfg.Window, Mode: mode, MaxLag: cfg.MaxLag},
 		CallTimeout: cfg.RedisTimeout,
 		MinReplicas: cfg.RedisMinReplicas,
 		Now:         now,

@@ -18,7 +18,7 @@ func BenchmarkClientSide(b *testing.B) {
 	}
 	// The filter needs a client to be made; the work measured makes no
 	// call.
-	f, err := New(testenv.RedisClient(b, testenv.Redis(b)), Config{Pipeline: "bench", Plan: plan, Windows: Windows{Length: 10 * time.Minute}})
+	f, err := New(testenv.RedisClient(b, testenv.Redis(b)), Config{Pipeline: "bench", Plan: plan, Window: Window{Length: 10 * time.Minute}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -31,8 +31,8 @@ type Config struct {
 	KeyPrefix string
 	// Plan is the filter sizing, from NewPlan.
 	Plan Plan
-	// Windows chooses buckets from event times.
-	Windows Windows
+	// Window chooses buckets from event times.
+	Window Window
 	// MaxFutureSkew: events further ahead of the clock are not filtered
 	// (verdict Future). Default: one window length.
 	MaxFutureSkew time.Duration
@@ -75,7 +75,7 @@ func (c *Config) setDefaults() {
 		c.KeyPrefix = DefaultKeyPrefix
 	}
 	if c.MaxFutureSkew == 0 {
-		c.MaxFutureSkew = c.Windows.Length
+		c.MaxFutureSkew = c.Window.Length
 	}
 	if c.ReplayHorizon == 0 {
 		c.ReplayHorizon = DefaultReplayHorizon
@@ -106,7 +106,7 @@ func (c *Config) validate() error {
 		c.Plan.Layout.Words < 1 || c.Plan.Layout.Words > MaxWords || c.Plan.Layout.BitsPerWord < 1 || c.Plan.Layout.BitsPerWord > WordBits {
 		return fmt.Errorf("plan %+v is not one NewPlan makes", c.Plan)
 	}
-	if err := c.Windows.validate(); err != nil {
+	if err := c.Window.validate(); err != nil {
 		return err
 	}
 	if c.MaxFutureSkew < 0 {

@@ -58,7 +58,7 @@
 // the clock's plus MaxFutureSkew is Future: neither is tested nor set,
 // and the caller chooses what becomes of them. Every event decided at
 // most MaxLag after its event time is within the bound. The cost is memory: the keys of MaxLag/Length more
-// buckets are alive at once (Windows.Live), and the decision records live
+// buckets are alive at once (Window.Live), and the decision records live
 // as long as the filters they guard.
 //
 // # Growth

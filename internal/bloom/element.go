@@ -49,7 +49,7 @@ const (
 	// than the decision record reaches; forwarded, as losing it would be
 	// worse than passing a copy.
 	ReplayUnknown
-	// Late: the event is processed at or after its Windows.Deadline, its
+	// Late: the event is processed at or after its Window.Deadline, its
 	// bucket's end plus MaxLag, by the caller's clock or the Redis
 	// server's: its keys may be gone, so it is not deduplicated (no key is
 	// written). A replay is judged by the clock at the replay: an offset
@@ -65,6 +65,16 @@ const (
 )
 
 var verdictNames = [...]string{"invalid", "first_seen", "duplicate", "replayed_first_seen", "replayed_duplicate", "replay_unknown", "late", "future"}
+
+// Verdicts lists every verdict, in the order of their values: loops over
+// verdicts use it, so a new verdict is never left out.
+func Verdicts() []Verdict {
+	vs := make([]Verdict, 0, len(verdictNames)-1)
+	for v := 1; v < len(verdictNames); v++ {
+		vs = append(vs, Verdict(v))
+	}
+	return vs
+}
 
 func (v Verdict) String() string {
 	if int(v) < len(verdictNames) {

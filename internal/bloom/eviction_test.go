@@ -28,7 +28,7 @@ func TestMaintainWatchesEvictionPolicy(t *testing.T) {
 	srv := testenv.Redis(t)
 	c := testenv.RedisClient(t, srv)
 	clock := testenv.Now()
-	f := newClockFilter(t, c, &clock, Windows{Length: 10 * time.Minute, MaxLag: time.Hour})
+	f := newClockFilter(t, c, &clock, Window{Length: 10 * time.Minute, MaxLag: time.Hour})
 	reg := prometheus.NewRegistry()
 	g := NewGauges(reg, "test")
 	core, logs := observer.New(zapcore.InfoLevel)
@@ -182,7 +182,7 @@ func TestOutOfMemoryRefusedWhole(t *testing.T) {
 			t.Fatalf("over maxmemory: %v, %v; want an OOM error inside ErrRedis", v, err)
 		}
 	}
-	if err := f.Preallocate(ctx, now.Add(f.Windows().Length)); !errors.Is(err, ErrRedis) || !strings.Contains(err.Error(), "OOM") {
+	if err := f.Preallocate(ctx, now.Add(f.Window().Length)); !errors.Is(err, ErrRedis) || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("preallocating over maxmemory: %v", err)
 	}
 	if r, n := rejected()-rejectedBefore, ran()-ranBefore; r < 3 || n != 0 {
@@ -247,7 +247,7 @@ func TestMaintenanceRetriesOutOfMemory(t *testing.T) {
 	default:
 		t.Fatal("1,000 IDs in a window planned for 1,000 and no stage asked for")
 	}
-	b := f.Windows().Bucket(now)
+	b := f.Window().Bucket(now)
 	stageKeys := func() (n int64) {
 		for s := range f.Plan().Shards {
 			k := f.StageKey(s, b, 1)
@@ -259,7 +259,7 @@ func TestMaintenanceRetriesOutOfMemory(t *testing.T) {
 		}
 		return n
 	}
-	next := f.FilterKey(0, f.Windows().Bucket(now.Add(f.Windows().Length)))
+	next := f.FilterKey(0, f.Window().Bucket(now.Add(f.Window().Length)))
 
 	testenv.FillRedis(t, c)
 	reg := prometheus.NewRegistry()

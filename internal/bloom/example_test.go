@@ -33,7 +33,7 @@ func ExampleFilter_TestAndSet() {
 	f, err := bloom.New(client, bloom.Config{
 		Pipeline: "clicks",
 		Plan:     plan,
-		Windows:  bloom.Windows{Length: 10 * time.Minute, Mode: bloom.Rolling},
+		Window:   bloom.Window{Length: 10 * time.Minute, Mode: bloom.Rolling},
 	})
 	if err != nil {
 		panic(err)

@@ -64,7 +64,7 @@ func (f *Filter) Explain(ctx context.Context, id []byte, t time.Time) (Explanati
 	if len(id) == 0 || t.IsZero() {
 		return Explanation{}, fmt.Errorf("%w: an ID and an event time are needed", ErrInvalidElement)
 	}
-	w := f.cfg.Windows
+	w := f.cfg.Window
 	var loc location
 	f.locate(id, &loc)
 	at := w.place(t, f.cfg.Now(), f.cfg.MaxFutureSkew)

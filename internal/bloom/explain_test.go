@@ -25,7 +25,7 @@ func TestExplain(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bucket := f.Windows().Bucket(t0)
+	bucket := f.Window().Bucket(t0)
 	for i := range 150 {
 		e, err := f.Explain(t.Context(), []byte(fmt.Sprintf("seen-%d", i)), t0)
 		if err != nil {

@@ -89,11 +89,11 @@ func (f *Filter) Plan() Plan { return f.plan }
 // and stats are computed for.
 func (f *Filter) Now() time.Time { return f.cfg.Now() }
 
-// LiveWindows is how many buckets of keys exist at once (Windows.Live).
-func (f *Filter) LiveWindows() int { return f.cfg.Windows.Live() }
+// LiveWindows is how many buckets of keys exist at once (Window.Live).
+func (f *Filter) LiveWindows() int { return f.cfg.Window.Live() }
 
-// Windows returns how the filter maps event times to buckets.
-func (f *Filter) Windows() Windows { return f.cfg.Windows }
+// Window returns how the filter maps event times to buckets.
+func (f *Filter) Window() Window { return f.cfg.Window }
 
 func (f *Filter) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, f.cfg.CallTimeout)

@@ -27,7 +27,7 @@ func newFilter(t testing.TB, c redis.UniversalClient, now time.Time, n int64, p 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Pipeline: "test", Plan: plan, Windows: Windows{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour},
+	cfg := Config{Pipeline: "test", Plan: plan, Window: Window{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour},
 		Now: func() time.Time { return now }}
 	if mutate != nil {
 		mutate(&cfg)
@@ -120,7 +120,7 @@ func testAndSetScenarios(t *testing.T, c *redis.Client, t0 time.Time) {
 			if err := c.FlushAll(t.Context()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			f := newFilter(t, c, t0, 10_000, 1e-6, func(cfg *Config) { cfg.Windows.Mode = tc.mode })
+			f := newFilter(t, c, t0, 10_000, 1e-6, func(cfg *Config) { cfg.Window.Mode = tc.mode })
 			for i, b := range tc.batches {
 				if got := verdicts(t, f, b...); !same(got, tc.want[i]) {
 					t.Errorf("batch %d: %v, want %v", i, got, tc.want[i])
@@ -364,7 +364,7 @@ func TestMeasuredFalsePositives(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFilter(t, c, t0, int64(tc.n), tc.p, func(cfg *Config) {
-				cfg.Windows.Mode = Fixed
+				cfg.Window.Mode = Fixed
 				cfg.Pipeline = strings.ReplaceAll(tc.name, " ", "-")
 			})
 			ins := make([]Element, tc.n)
@@ -415,7 +415,7 @@ func TestStatsEstimateCount(t *testing.T) {
 	}
 	var est float64
 	for _, s := range st {
-		if s.Bucket == f.cfg.Windows.Bucket(t0) {
+		if s.Bucket == f.cfg.Window.Bucket(t0) {
 			est += s.Elements
 			if !s.Exists || s.TTL <= 0 || s.Fill <= 0 || s.FPR <= 0 || s.FPR > 1e-4 {
 				t.Errorf("shard stats %+v", s)
@@ -448,10 +448,10 @@ func TestBadInput(t *testing.T) {
 	if n, err := c.DBSize(t.Context()).Result(); err != nil || n != 0 {
 		t.Errorf("bad input wrote %d keys (DBSIZE error %v)", n, err)
 	}
-	if _, err := New(c, Config{Pipeline: "bad name!", Plan: f.Plan(), Windows: Windows{Length: time.Minute}}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := New(c, Config{Pipeline: "bad name!", Plan: f.Plan(), Window: Window{Length: time.Minute}}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("bad pipeline name: %v", err)
 	}
-	if _, err := New(c, Config{Pipeline: "x", Plan: f.Plan(), Windows: Windows{Length: 1500 * time.Millisecond}}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := New(c, Config{Pipeline: "x", Plan: f.Plan(), Window: Window{Length: 1500 * time.Millisecond}}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("fractional window: %v", err)
 	}
 	// A client the filter cannot tell a server from a Cluster by (a Ring
@@ -459,7 +459,7 @@ func TestBadInput(t *testing.T) {
 	// server.
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": c.Options().Addr}})
 	defer ring.Close()
-	if _, err := New(ring, Config{Pipeline: "x", Plan: f.Plan(), Windows: Windows{Length: time.Minute}}); !errors.Is(err, ErrInvalidConfig) ||
+	if _, err := New(ring, Config{Pipeline: "x", Plan: f.Plan(), Window: Window{Length: time.Minute}}); !errors.Is(err, ErrInvalidConfig) ||
 		!strings.Contains(err.Error(), "*redis.Ring") {
 		t.Errorf("a Ring client: %v, want ErrInvalidConfig naming the type", err)
 	}
@@ -472,7 +472,7 @@ func TestPreallocateMakesFullKeysWithTTL(t *testing.T) {
 	if err := f.Preallocate(t.Context(), t0); err != nil {
 		t.Fatal(err)
 	}
-	key := f.FilterKey(0, f.cfg.Windows.Bucket(t0))
+	key := f.FilterKey(0, f.cfg.Window.Bucket(t0))
 	n, err := c.StrLen(t.Context(), key).Result()
 	if err != nil {
 		t.Fatal(err)

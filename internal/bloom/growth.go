@@ -85,7 +85,7 @@ const (
 // maker would have given up. A stage whose bucket has expired is not
 // made (reported as existing: nothing is to be waited for).
 func (f *Filter) makeStage(ctx context.Context, r stageRef) (makeResult, error) {
-	exp := time.Unix(f.cfg.Windows.ExpireAt(r.bucket), 0)
+	exp := time.Unix(f.cfg.Window.ExpireAt(r.bucket), 0)
 	if !exp.After(f.cfg.Now()) {
 		return stageExists, nil
 	}
@@ -128,7 +128,7 @@ func (f *Filter) makeStage(ctx context.Context, r stageRef) (makeResult, error) 
 	f.stats.made.Add(1)
 	if o := f.obs.Load(); o != nil {
 		o.g.grown.Inc()
-		o.log.Info("window grew: next stage made", zap.Time("window", f.cfg.Windows.Start(r.bucket)), zap.Int("shard", r.shard),
+		o.log.Info("window grew: next stage made", zap.Time("window", f.cfg.Window.Start(r.bucket)), zap.Int("shard", r.shard),
 			zap.Int("stage", r.stage), zap.Uint64("bytes", size), zap.Duration("took", time.Since(start)))
 	}
 	return stageMade, nil
@@ -153,7 +153,7 @@ func (f *Filter) Grow(ctx context.Context, t time.Time) ([]ShardStage, error) {
 	if err != nil {
 		return made, err
 	}
-	w := f.cfg.Windows
+	w := f.cfg.Window
 	for b := w.Bucket(t.Add(-w.MaxLag - w.Length)); b <= w.Bucket(t.Add(f.cfg.MaxFutureSkew)); b++ {
 		if !time.Unix(w.ExpireAt(b), 0).After(f.cfg.Now()) {
 			continue
@@ -333,7 +333,7 @@ func (f *Filter) waited(start time.Time, needs []stageRef, ok bool) {
 	}
 	o.g.growthWait.Observe(d.Seconds())
 	fields := []zap.Field{zap.Duration("waited", d), zap.Int("shard", needs[0].shard), zap.Int("stage", needs[0].stage),
-		zap.Time("window", f.cfg.Windows.Start(needs[0].bucket))}
+		zap.Time("window", f.cfg.Window.Start(needs[0].bucket))}
 	if ok {
 		o.log.Info("a batch waited for the next stage of its window", fields...)
 	} else {

@@ -20,7 +20,7 @@ import (
 // that needs a stage not made yet waits for it.
 func assertStage(t testing.TB, f *Filter, at time.Time, want int, maxTestOnly int64) {
 	t.Helper()
-	b := f.cfg.Windows.Bucket(at)
+	b := f.cfg.Window.Bucket(at)
 	for s := 0; s < f.plan.Shards; s++ {
 		g, err := f.growth(context.Background(), s, b)
 		if err != nil {
@@ -113,7 +113,7 @@ func TestGrowthKeepsTheRate(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				cfg.Pipeline, cfg.Plan, cfg.Windows.Mode = "grow", plan, srv.mode
+				cfg.Pipeline, cfg.Plan, cfg.Window.Mode = "grow", plan, srv.mode
 			})
 			if f.plan.Shards != srv.shards {
 				t.Fatalf("%d shards, want %d", f.plan.Shards, srv.shards)
@@ -167,7 +167,7 @@ func TestGrowthReplaysAndRaces(t *testing.T) {
 	}
 	// Batches of 700 outrun the maintenance of a 1,000-ID stage: they
 	// wait for their stages, and the switches are what is tested.
-	if g, err := f.growth(t.Context(), 0, f.cfg.Windows.Bucket(at)); err != nil || g.Stage < 2 {
+	if g, err := f.growth(t.Context(), 0, f.cfg.Window.Bucket(at)); err != nil || g.Stage < 2 {
 		t.Fatalf("growth %+v (error %v): want stage 2 or later reached", g, err)
 	}
 	replay := runBatches(t, f, es, 333)
@@ -263,7 +263,7 @@ func TestGrowthCap(t *testing.T) {
 		t.Fatalf("stage 1 made %d times by six racing makers, want once per shard (%d)", made, f.plan.Shards)
 	}
 	fp := fillTo(t, f, at, "a", 1100, 10_000)
-	b := f.cfg.Windows.Bucket(at)
+	b := f.cfg.Window.Bucket(at)
 	var testOnly int64
 	for s := 0; s < f.plan.Shards; s++ {
 		g, err := f.growth(t.Context(), s, b)
@@ -303,7 +303,7 @@ func TestGrowthWithoutMaintenanceWaits(t *testing.T) {
 		es = append(es, Element{ID: fmt.Appendf(nil, "o-%d", i), Time: at, Source: Source{Topic: "o", Offset: int64(i)}})
 	}
 	first := runBatches(t, f, es, 500)
-	b := f.cfg.Windows.Bucket(at)
+	b := f.cfg.Window.Bucket(at)
 	g, err := f.growth(t.Context(), 0, b)
 	if err != nil {
 		t.Fatal(err)
@@ -348,7 +348,7 @@ func TestGrowthAheadOfNeed(t *testing.T) {
 	if f.plan.Shards != 1 {
 		t.Fatalf("%d shards, want 1", f.plan.Shards)
 	}
-	b := f.cfg.Windows.Bucket(at)
+	b := f.cfg.Window.Bucket(at)
 	// Batches until the record holds a measured rate.
 	next := 0
 	var g Growth
@@ -421,7 +421,7 @@ func TestGrowthReplicasWaitForOneStage(t *testing.T) {
 	// Stage 0 full to the last ID, in one call: over several, a rate
 	// measured could have stage 1 asked for, and made, ahead.
 	verdicts(t, fs[0], batchOf("pre", 0, n, at)...)
-	lock := fs[0].StageKey(0, fs[0].cfg.Windows.Bucket(at), 1) + ":making"
+	lock := fs[0].StageKey(0, fs[0].cfg.Window.Bucket(at), 1) + ":making"
 	if err := c.Set(t.Context(), lock, 1, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -522,7 +522,7 @@ func TestGrowthWaitRunsOut(t *testing.T) {
 	at := testenv.Now()
 	f := growingFilter(t, c, at, 1000, 1e-3, 64, func(cfg *Config) { cfg.GrowthWait = 300 * time.Millisecond })
 	verdicts(t, f, batchOf("w", 0, 1000, at)...)
-	b := f.cfg.Windows.Bucket(at)
+	b := f.cfg.Window.Bucket(at)
 	lock := f.StageKey(0, b, 1) + ":making"
 	if err := c.Set(t.Context(), lock, 1, time.Minute).Err(); err != nil {
 		t.Fatal(err)
@@ -593,7 +593,7 @@ func TestStageWordsMatchTheScript(t *testing.T) {
 			t.Fatalf("%s: %v", id, v)
 		}
 	}
-	b := f.cfg.Windows.Bucket(at)
+	b := f.cfg.Window.Bucket(at)
 	if g, _ := f.growth(t.Context(), 0, b); g.Stage != 1 || g.Held != int64(len(ids)) {
 		t.Fatalf("growth %+v: want the IDs in stage 1", g)
 	}
@@ -628,7 +628,7 @@ func TestGrowthNeighboursStages(t *testing.T) {
 	f := growingFilter(t, c, clock, 500, 1e-6, 64, func(cfg *Config) { cfg.Now = func() time.Time { return clock } })
 	// 10,000 IDs in b0: stages 0 (500), 1 (1,500), 2 (6,000) and 3.
 	fillTo(t, f, b0, "n", 0, 10_000)
-	if g, _ := f.growth(t.Context(), 0, f.cfg.Windows.Bucket(b0)); g.Stage < 2 {
+	if g, _ := f.growth(t.Context(), 0, f.cfg.Window.Bucket(b0)); g.Stage < 2 {
 		t.Fatalf("b0 grew to %+v, want stage 2 or later", g)
 	}
 	// Copies in b1 of IDs from every stage: b1 tests b0 as its previous.

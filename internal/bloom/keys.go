@@ -15,7 +15,7 @@ import (
 func layoutTag(cfg Config) string {
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%d/%d/%d/%d/%d/%d", cfg.Plan.Layout.Words, cfg.Plan.Layout.BitsPerWord,
-		cfg.Plan.ShardBits, cfg.Plan.Shards, cfg.Windows.seconds(), cfg.ReplayHorizon)
+		cfg.Plan.ShardBits, cfg.Plan.Shards, cfg.Window.seconds(), cfg.ReplayHorizon)
 	// A plan without growth keeps the tag it had before stages existed.
 	for _, st := range cfg.Plan.Stages[1:] {
 		fmt.Fprintf(h, "/%d:%d", st.ShardBits, st.CapacityPerShard)

@@ -46,8 +46,8 @@ func TestLagBoundEdges(t *testing.T) {
 					t.Fatal(err)
 				}
 				clock := at
-				f := newClockFilter(t, c, &clock, Windows{Length: w, Mode: mode, MaxLag: lag})
-				if d := f.cfg.Windows.Deadline(at); !d.Equal(end.Add(lag)) {
+				f := newClockFilter(t, c, &clock, Window{Length: w, Mode: mode, MaxLag: lag})
+				if d := f.cfg.Window.Deadline(at); !d.Equal(end.Add(lag)) {
 					t.Fatalf("deadline %v, want %v", d, end.Add(lag))
 				}
 				if got := verdicts(t, f, el("a", 0, 0, at)); got[0] != FirstSeen {
@@ -59,21 +59,21 @@ func TestLagBoundEdges(t *testing.T) {
 				}
 				// The oldest key the copy is tested against expires at the
 				// deadline: in Rolling mode the previous bucket's.
-				b := f.cfg.Windows.Bucket(at)
+				b := f.cfg.Window.Bucket(at)
 				oldest := b
 				if mode == Rolling {
 					oldest = b - 1
 				}
-				if got := f.cfg.Windows.ExpireAt(oldest); got != end.Add(lag).Unix() {
+				if got := f.cfg.Window.ExpireAt(oldest); got != end.Add(lag).Unix() {
 					t.Errorf("bucket %d expires at %d, want the deadline %d", oldest, got, end.Add(lag).Unix())
 				}
 				var loc location
 				f.locate([]byte("a"), &loc)
-				assertExpireTime(t, c, f.FilterKey(loc.shard, b), f.cfg.Windows.ExpireAt(b))
+				assertExpireTime(t, c, f.FilterKey(loc.shard, b), f.cfg.Window.ExpireAt(b))
 				// The decision records outlive every filter key they guard.
 				rec, err := c.ExpireTime(t.Context(), f.RecordKey(loc.shard, "t", 0)).Result()
-				if err != nil || rec < time.Duration(f.cfg.Windows.ExpireAt(b))*time.Second {
-					t.Errorf("record expires at %v (error %v), before the filter key at %d", rec, err, f.cfg.Windows.ExpireAt(b))
+				if err != nil || rec < time.Duration(f.cfg.Window.ExpireAt(b))*time.Second {
+					t.Errorf("record expires at %v (error %v), before the filter key at %d", rec, err, f.cfg.Window.ExpireAt(b))
 				}
 				// A replay of either offset now gets the recorded decision,
 				// or Late for a forwarded one past the deadline.
@@ -97,10 +97,10 @@ func TestLagBoundEdges(t *testing.T) {
 			t.Fatal(err)
 		}
 		clock := at
-		f := newClockFilter(t, c, &clock, Windows{Length: w, Mode: Rolling, MaxLag: lag})
+		f := newClockFilter(t, c, &clock, Window{Length: w, Mode: Rolling, MaxLag: lag})
 		later := at.Add(w)
 		verdicts(t, f, el("a", 0, 0, at))
-		clock = f.cfg.Windows.Deadline(later).Add(-time.Second)
+		clock = f.cfg.Window.Deadline(later).Add(-time.Second)
 		if got := verdicts(t, f, el("a", 0, 1, later)); got[0] != Duplicate {
 			t.Errorf("%v", got)
 		}
@@ -120,7 +120,7 @@ func TestBacklogDecidedAsLive(t *testing.T) {
 	}
 	run := func(pipeline string, lateBy time.Duration) []Verdict {
 		clock := at
-		f := newClockFilter(t, c, &clock, Windows{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour}, func(cfg *Config) { cfg.Pipeline = pipeline })
+		f := newClockFilter(t, c, &clock, Window{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour}, func(cfg *Config) { cfg.Pipeline = pipeline })
 		var out []Verdict
 		for i := 0; i < len(es); i += 500 {
 			part := es[i:min(i+500, len(es))]
@@ -152,7 +152,7 @@ func TestCheckCapacityCountsTheLagBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	win := Windows{Length: 10 * time.Minute, Mode: Rolling}
+	win := Window{Length: 10 * time.Minute, Mode: Rolling}
 	if win.Live() != 3 {
 		t.Fatalf("live buckets without a lag bound: %d, want 3", win.Live())
 	}
@@ -174,15 +174,15 @@ func TestCheckCapacityCountsTheLagBound(t *testing.T) {
 // TestWindowsLive covers the bucket count for the shapes operators use.
 func TestWindowsLive(t *testing.T) {
 	for _, tc := range []struct {
-		w    Windows
+		w    Window
 		want int
 	}{
-		{Windows{Length: 10 * time.Minute, Mode: Rolling}, 3},
-		{Windows{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour}, 9},
-		{Windows{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour + time.Second}, 10},
-		{Windows{Length: 10 * time.Minute, Mode: Fixed, MaxLag: 7 * 24 * time.Hour}, 2 + 1008},
-		{Windows{Length: 24 * time.Hour, Mode: Fixed, MaxLag: time.Hour}, 3},
-		{Windows{Length: 24 * time.Hour, Mode: Rolling, MaxLag: 7 * 24 * time.Hour}, 10},
+		{Window{Length: 10 * time.Minute, Mode: Rolling}, 3},
+		{Window{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour}, 9},
+		{Window{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour + time.Second}, 10},
+		{Window{Length: 10 * time.Minute, Mode: Fixed, MaxLag: 7 * 24 * time.Hour}, 2 + 1008},
+		{Window{Length: 24 * time.Hour, Mode: Fixed, MaxLag: time.Hour}, 3},
+		{Window{Length: 24 * time.Hour, Mode: Rolling, MaxLag: 7 * 24 * time.Hour}, 10},
 	} {
 		if got := tc.w.Live(); got != tc.want {
 			t.Errorf("%v %v, max lag %v: %d live buckets, want %d", tc.w.Length, tc.w.Mode, tc.w.MaxLag, got, tc.want)
@@ -192,10 +192,10 @@ func TestWindowsLive(t *testing.T) {
 
 // newClockFilter is a filter of pipeline "test" for 10,000 IDs at 1e-6
 // whose clock is *clock.
-func newClockFilter(t testing.TB, c redis.UniversalClient, clock *time.Time, win Windows, mutate ...func(*Config)) *Filter {
+func newClockFilter(t testing.TB, c redis.UniversalClient, clock *time.Time, win Window, mutate ...func(*Config)) *Filter {
 	t.Helper()
 	return newFilter(t, c, time.Time{}, 10_000, 1e-6, func(cfg *Config) {
-		cfg.Windows = win
+		cfg.Window = win
 		cfg.Now = func() time.Time { return *clock }
 		for _, m := range mutate {
 			m(cfg)
@@ -231,8 +231,8 @@ func TestDeadlineByTheServersClock(t *testing.T) {
 			}
 			// One-second windows and bound: the deadline is two seconds
 			// away at most.
-			f := newClockFilter(t, c, &clock, Windows{Length: time.Second, Mode: mode, MaxLag: time.Second})
-			deadline := f.cfg.Windows.Deadline(at)
+			f := newClockFilter(t, c, &clock, Window{Length: time.Second, Mode: mode, MaxLag: time.Second})
+			deadline := f.cfg.Window.Deadline(at)
 			if got := verdicts(t, f, el("a", 0, 0, at)); got[0] != FirstSeen {
 				t.Fatalf("before the deadline: %v", got)
 			}
@@ -241,7 +241,7 @@ func TestDeadlineByTheServersClock(t *testing.T) {
 			for time.Now().Before(deadline.Add(10 * time.Millisecond)) {
 				time.Sleep(time.Until(deadline.Add(10 * time.Millisecond)))
 			}
-			if f.cfg.Windows.Late(at, f.Now()) {
+			if f.cfg.Window.Late(at, f.Now()) {
 				t.Fatal("the filter's clock moved: the caller-side check would decide")
 			}
 			if got := verdicts(t, f, el("a", 0, 1, at)); got[0] != Late {
@@ -261,7 +261,7 @@ func TestRollingBacklogMeetsCopiesOnBothSides(t *testing.T) {
 	cur := testenv.Now().Truncate(w)
 	b0, b1, b2 := cur.Add(-2*w).Add(time.Minute), cur.Add(-w).Add(time.Minute), cur.Add(time.Minute)
 	clock := cur.Add(time.Second) // every bucket below has ended but b2's
-	f := newClockFilter(t, c, &clock, Windows{Length: w, Mode: Rolling, MaxLag: time.Hour})
+	f := newClockFilter(t, c, &clock, Window{Length: w, Mode: Rolling, MaxLag: time.Hour})
 
 	var first []Element
 	for i := range 40 {
@@ -299,7 +299,7 @@ func TestRollingBacklogMeetsCopiesOnBothSides(t *testing.T) {
 func TestCheckServer(t *testing.T) {
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	clock := testenv.Now()
-	f := newClockFilter(t, c, &clock, Windows{Length: 10 * time.Minute})
+	f := newClockFilter(t, c, &clock, Window{Length: 10 * time.Minute})
 	if err := f.CheckServer(t.Context()); err != nil {
 		t.Fatalf("the test server: %v", err)
 	}

@@ -69,7 +69,7 @@ func NewGauges(reg prometheus.Registerer, pipeline string) *Gauges {
 		refused: counter("dedupe_filter_growth_refused_total",
 			"Test-and-set calls refused, nothing decided, because a stage they needed was not made yet; each is made or awaited and the call made again."),
 		maxLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "dedupe_max_lag_seconds",
-			Help: "The lag bound (Windows.MaxLag): events decided later than this after their event time may not be deduplicated.", ConstLabels: l}),
+			Help: "The lag bound (Window.MaxLag): events decided later than this after their event time may not be deduplicated.", ConstLabels: l}),
 		evicted: perServer("dedupe_redis_evicted_keys",
 			"Keys the Redis master has evicted since it started (evicted_keys of INFO stats), read every maintenance pass: any increase may be filters or decision records lost."),
 		policySafe: perServer("dedupe_redis_eviction_policy_safe",
@@ -114,9 +114,9 @@ func (f *Filter) Maintain(ctx context.Context, g *Gauges, log *zap.Logger) {
 
 // maintain is Maintain with its intervals.
 func (f *Filter) maintain(ctx context.Context, g *Gauges, log *zap.Logger, growEvery, slowEvery time.Duration) {
-	g.maxLag.Set(f.cfg.Windows.MaxLag.Seconds())
+	g.maxLag.Set(f.cfg.Window.MaxLag.Seconds())
 	f.obs.Store(&reporter{g: g, log: log})
-	window := f.cfg.Windows.Length
+	window := f.cfg.Window.Length
 	tick := time.NewTicker(min(growEvery, slowEvery))
 	defer tick.Stop()
 	warned := map[[2]int64]string{} // buckets and shards already warned about
@@ -273,7 +273,7 @@ func (f *Filter) maintainSlow(ctx context.Context, now time.Time, window time.Du
 	}
 	// Windows long expired are forgotten.
 	for k := range warned {
-		if k[0] < f.Windows().Bucket(now.Add(-f.Windows().Retention())) {
+		if k[0] < f.Window().Bucket(now.Add(-f.Window().Retention())) {
 			delete(warned, k)
 		}
 	}

@@ -14,8 +14,8 @@ import (
 // hot path, and a key made in one piece takes no more memory than its size
 // class. Each shard's key is sent as a zero-filled value.
 func (f *Filter) Preallocate(ctx context.Context, t time.Time) error {
-	b := f.cfg.Windows.Bucket(t)
-	exp := time.Unix(f.cfg.Windows.ExpireAt(b), 0)
+	b := f.cfg.Window.Bucket(t)
+	exp := time.Unix(f.cfg.Window.ExpireAt(b), 0)
 	if !exp.After(f.cfg.Now()) {
 		return nil
 	}

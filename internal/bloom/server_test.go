@@ -21,7 +21,7 @@ func TestCheckServerEvictionPolicy(t *testing.T) {
 	srv := testenv.Redis(t)
 	c := testenv.RedisClient(t, srv)
 	clock := testenv.Now()
-	f := newClockFilter(t, c, &clock, Windows{Length: 10 * time.Minute})
+	f := newClockFilter(t, c, &clock, Window{Length: 10 * time.Minute})
 	for _, p := range evictingPolicies {
 		configSet(t, c, "maxmemory-policy", p)
 		err := f.CheckServer(t.Context())
@@ -54,7 +54,7 @@ func TestCheckServerClusterFindsOneMaster(t *testing.T) {
 	cl := sharedCluster(t)
 	cc := testenv.ClusterClient(t, cl)
 	clock := testenv.Now()
-	f := newClockFilter(t, cc, &clock, Windows{Length: 10 * time.Minute}, func(c *Config) { c.Pipeline = "policy-cluster" })
+	f := newClockFilter(t, cc, &clock, Window{Length: 10 * time.Minute}, func(c *Config) { c.Pipeline = "policy-cluster" })
 	if err := f.CheckServer(t.Context()); err != nil {
 		t.Fatalf("every master at noeviction: %v", err)
 	}

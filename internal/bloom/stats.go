@@ -43,7 +43,7 @@ type ShardStats struct {
 // Stats reads every shard of the bucket of t and of the bucket before it.
 // BITCOUNT reads the whole key: call it for monitoring, not per batch.
 func (f *Filter) Stats(ctx context.Context, t time.Time) ([]ShardStats, error) {
-	b := f.cfg.Windows.Bucket(t)
+	b := f.cfg.Window.Bucket(t)
 	var out []ShardStats
 	for _, bucket := range []int64{b, b - 1} {
 		for s := 0; s < f.plan.Shards; s++ {
@@ -59,7 +59,7 @@ func (f *Filter) Stats(ctx context.Context, t time.Time) ([]ShardStats, error) {
 
 func (f *Filter) shardStats(ctx context.Context, bucket int64, shard int) (ShardStats, error) {
 	key := f.FilterKey(shard, bucket)
-	st := ShardStats{Bucket: bucket, Start: f.cfg.Windows.Start(bucket), Shard: shard, Key: key, Bits: f.plan.ShardBits}
+	st := ShardStats{Bucket: bucket, Start: f.cfg.Window.Start(bucket), Shard: shard, Key: key, Bits: f.plan.ShardBits}
 	cctx, cancel := f.callCtx(ctx)
 	defer cancel()
 	var count *redis.IntCmd

@@ -84,7 +84,7 @@ func (f *Filter) prepare(b *batch, elems []Element) error {
 		}
 		it := &b.items[i]
 		it.src = &e.Source
-		it.at = f.cfg.Windows.place(e.Time, b.now, f.cfg.MaxFutureSkew)
+		it.at = f.cfg.Window.place(e.Time, b.now, f.cfg.MaxFutureSkew)
 		f.locate(e.ID, &it.loc)
 	}
 	return b.sortForCall()
@@ -207,7 +207,7 @@ func stageTable(stages []Stage) []byte {
 // retention of a bucket started now, and no earlier than any bucket's
 // keys.
 func (f *Filter) encodeGroups(b *batch, order []int) int64 {
-	w := f.cfg.Windows
+	w := f.cfg.Window
 	b.groups = b.groups[:0]
 	for _, i := range order {
 		it := &b.items[i]

@@ -37,10 +37,10 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("window mode is %q, want rolling or fixed", s)
 }
 
-// Windows maps event times to buckets: bucket b covers the Unix seconds
+// Window maps event times to buckets: bucket b covers the Unix seconds
 // [b*L, (b+1)*L), so buckets are aligned to UTC (24h buckets start at
 // midnight UTC).
-type Windows struct {
+type Window struct {
 	Length time.Duration
 	Mode   Mode
 	// MaxLag is how far behind the clock an event may be processed with its
@@ -55,15 +55,15 @@ type Windows struct {
 // would keep a bucket's keys past any retention a pipeline needs.
 const MaxWindowLength = 31 * 24 * time.Hour
 
-// MaxLagBound is the largest lag bound (Windows.MaxLag): a month, as for
+// MaxLagBound is the largest lag bound (Window.MaxLag): a month, as for
 // the window. Memory usually binds earlier (Live counts the buckets the
 // bound keeps).
 const MaxLagBound = 31 * 24 * time.Hour
 
-func (w Windows) seconds() int64 { return int64(w.Length / time.Second) }
+func (w Window) seconds() int64 { return int64(w.Length / time.Second) }
 
 // Bucket is the bucket of event time t.
-func (w Windows) Bucket(t time.Time) int64 {
+func (w Window) Bucket(t time.Time) int64 {
 	s, l := t.Unix(), w.seconds()
 	b := s / l
 	if s%l < 0 {
@@ -73,17 +73,17 @@ func (w Windows) Bucket(t time.Time) int64 {
 }
 
 // Start is the first instant of bucket b.
-func (w Windows) Start(b int64) time.Time { return time.Unix(b*w.seconds(), 0).UTC() }
+func (w Window) Start(b int64) time.Time { return time.Unix(b*w.seconds(), 0).UTC() }
 
 // deadline is the Unix second from which the events of bucket b are Late:
 // MaxLag after the end of the bucket.
-func (w Windows) deadline(b int64) int64 { return (b+1)*w.seconds() + int64(w.MaxLag/time.Second) }
+func (w Window) deadline(b int64) int64 { return (b+1)*w.seconds() + int64(w.MaxLag/time.Second) }
 
 // ExpireAt is the Unix time at which bucket b's keys expire: MaxLag after
 // the end of the last bucket whose events test them, this one, or in
 // Rolling mode the next one (which tests it too). That is the deadline of
 // that last bucket's events.
-func (w Windows) ExpireAt(b int64) int64 {
+func (w Window) ExpireAt(b int64) int64 {
 	if w.Mode == Rolling {
 		return w.deadline(b + 1)
 	}
@@ -95,7 +95,7 @@ func (w Windows) ExpireAt(b int64) int64 {
 // expires (in Rolling mode, the previous bucket's). So every event processed
 // at most MaxLag after its event time is deduplicated, and one early in its
 // bucket up to a window longer.
-func (w Windows) Deadline(t time.Time) time.Time {
+func (w Window) Deadline(t time.Time) time.Time {
 	return time.Unix(w.deadline(w.Bucket(t)), 0)
 }
 
@@ -103,7 +103,7 @@ func (w Windows) Deadline(t time.Time) time.Time {
 // the lag bound: its keys may be gone, so it cannot be deduplicated. It is
 // the Late of place: an event not yet begun is never late, so the future
 // skew does not matter here.
-func (w Windows) Late(t, now time.Time) bool { return w.place(t, now, 0).status == Late }
+func (w Window) Late(t, now time.Time) bool { return w.place(t, now, 0).status == Late }
 
 // placement is where an event stands against the windows when it is
 // decided: its bucket, whether it is tested at all, and which buckets a
@@ -145,7 +145,7 @@ func (p placement) buckets() []int64 {
 //
 // The buckets are given for Late and Future events too (Explain shows
 // them); the test-and-set does not read them.
-func (w Windows) place(t, now time.Time, maxFutureSkew time.Duration) placement {
+func (w Window) place(t, now time.Time, maxFutureSkew time.Duration) placement {
 	p := placement{bucket: w.Bucket(t)}
 	switch {
 	case p.bucket > w.Bucket(now.Add(maxFutureSkew)):
@@ -165,7 +165,7 @@ func (w Windows) place(t, now time.Time, maxFutureSkew time.Duration) placement 
 // tested), and the ones MaxLag keeps for events processed late, one per
 // window length of MaxLag, rounded up (a 10-minute window and a 1-hour
 // bound keep six more).
-func (w Windows) Live() int {
+func (w Window) Live() int {
 	n := 2
 	if w.Mode == Rolling {
 		n++
@@ -174,11 +174,11 @@ func (w Windows) Live() int {
 }
 
 // Retention is how long a bucket's keys live after the bucket starts.
-func (w Windows) Retention() time.Duration {
+func (w Window) Retention() time.Duration {
 	return time.Duration(w.ExpireAt(0)) * time.Second
 }
 
-func (w Windows) validate() error {
+func (w Window) validate() error {
 	if w.Length < time.Second || w.Length%time.Second != 0 || w.Length > MaxWindowLength {
 		return fmt.Errorf("window is %v, want whole seconds from 1s to %v", w.Length, MaxWindowLength)
 	}

@@ -23,7 +23,7 @@ func TestPlaceAtItsEdges(t *testing.T) {
 	// its multiples of L.
 	cur := time.Now().Truncate(L)
 	for _, mode := range []Mode{Rolling, Fixed} {
-		w := Windows{Length: L, Mode: mode, MaxLag: lag}
+		w := Window{Length: L, Mode: mode, MaxLag: lag}
 		rolling := mode == Rolling
 		for _, c := range []struct {
 			name       string
@@ -75,7 +75,7 @@ func TestPlaceAtItsEdges(t *testing.T) {
 func TestExpireAtIsTheLastTestersDeadline(t *testing.T) {
 	cur := time.Now().Truncate(time.Minute)
 	for _, mode := range []Mode{Rolling, Fixed} {
-		w := Windows{Length: time.Minute, Mode: mode, MaxLag: 5 * time.Minute}
+		w := Window{Length: time.Minute, Mode: mode, MaxLag: 5 * time.Minute}
 		b := w.Bucket(cur)
 		last := cur
 		if mode == Rolling {
@@ -90,13 +90,13 @@ func TestExpireAtIsTheLastTestersDeadline(t *testing.T) {
 // The exported limits are the ones the checks apply: each accepted at
 // its bound, refused just past it.
 func TestLimitsAreTheChecks(t *testing.T) {
-	if err := (Windows{Length: MaxWindowLength, MaxLag: MaxLagBound}).validate(); err != nil {
+	if err := (Window{Length: MaxWindowLength, MaxLag: MaxLagBound}).validate(); err != nil {
 		t.Errorf("the longest window and lag bound: %v", err)
 	}
-	if err := (Windows{Length: MaxWindowLength + time.Second}).validate(); err == nil {
+	if err := (Window{Length: MaxWindowLength + time.Second}).validate(); err == nil {
 		t.Error("a window past MaxWindowLength accepted")
 	}
-	if err := (Windows{Length: time.Minute, MaxLag: MaxLagBound + time.Second}).validate(); err == nil {
+	if err := (Window{Length: time.Minute, MaxLag: MaxLagBound + time.Second}).validate(); err == nil {
 		t.Error("a lag bound past MaxLagBound accepted")
 	}
 	name := strings.Repeat("a", 100)
@@ -114,7 +114,7 @@ func TestLimitsAreTheChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Pipeline: name, Plan: plan, Windows: Windows{Length: time.Minute}}
+	cfg := Config{Pipeline: name, Plan: plan, Window: Window{Length: time.Minute}}
 	cfg.setDefaults()
 	if cfg.CallTimeout != DefaultCallTimeout || cfg.KeyPrefix != DefaultKeyPrefix || cfg.ReplayHorizon != DefaultReplayHorizon {
 		t.Errorf("defaults: call timeout %v, key prefix %q, replay horizon %d", cfg.CallTimeout, cfg.KeyPrefix, cfg.ReplayHorizon)

@@ -90,7 +90,7 @@ func stepPhrase(step string) string {
 // and last; it is the one place in the worker that does.
 func verdictLabels() []string {
 	var labels []string
-	for v := bloom.FirstSeen; v <= bloom.Future; v++ {
+	for _, v := range bloom.Verdicts() {
 		labels = append(labels, v.String())
 	}
 	return labels

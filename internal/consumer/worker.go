@@ -36,24 +36,12 @@ import (
 	"dedupe-worker/internal/retry"
 )
 
-// Filter decides which elements are seen for the first time. The worker
-// depends on this contract (bloom.Filter keeps it):
-//   - On success it returns one verdict per element, in their order.
-//   - On error it returns no verdicts, and the call may have been applied
-//     in part or in full: calling again with the same elements must be
-//     safe and give the decisions of the first application (the worker
-//     retries a failed batch as it is, and after a crash another replica
-//     sends the same offsets).
-//   - Cancelling ctx makes it return promptly with an error; what it had
-//     applied is as after any error.
-//   - For each partition, offsets come in ascending order, and a call
-//     returns before later offsets of its partitions are sent. A worker
-//     makes one call at a time; other replicas call at the same time.
-//   - bloom.ErrInvalidElement (inside the error) marks input the filter
-//     refuses whatever the retries: the worker stops rather than retry it.
-//   - A call may wait, bounded (bloom.Config.GrowthWait), for a stage of a
-//     growing window that its batch needs; bloom.ErrGrowthWait then fails
-//     it having decided nothing, and it is retried like any Redis error.
+// Filter decides which elements are seen for the first time. Its contract
+// (verdicts in order or none, retries that give the first application's
+// decisions, cancellation, offsets in ascending order per partition, the
+// bounded wait for a growing window) is bloom.Filter.TestAndSet's, told
+// once in the bloom package doc under "Replay-safe decisions". The worker
+// retries every error but one: bloom.ErrInvalidElement stops it.
 type Filter interface {
 	TestAndSet(ctx context.Context, elems []bloom.Element) ([]bloom.Verdict, error)
 }

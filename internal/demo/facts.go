@@ -19,7 +19,7 @@ func redisFacts(ctx context.Context, rc redis.UniversalClient, f *bloom.Filter, 
 		return err
 	}
 	res.UsedMemoryGrowth = memAfter - memBefore
-	w := bloom.Windows{Length: o.Window, Mode: bloom.Rolling}
+	w := bloom.Window{Length: o.Window, Mode: bloom.Rolling}
 	var newest int64
 	shards := f.Plan().Shards
 	for b := range tr.perBucket(o.Window) {

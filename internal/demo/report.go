@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"dedupe-worker/config"
+	"dedupe-worker/internal/consumer"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clickstream"
 )
@@ -76,7 +77,7 @@ type Result struct {
 
 	// IDSource says where the workers read the IDs; Shadow is what the
 	// verifier found of the marks in shadow mode.
-	IDSource config.IDSource
+	IDSource consumer.IDSource
 	Shadow   ShadowCheck
 
 	PerReplica   []float64 // events decided by each replica

@@ -69,7 +69,7 @@ func (t *truth) elements(topic string) (elems []bloom.Element, idx []int) {
 // perBucket counts the distinct valid IDs by the bucket of a rolling
 // window of this length that their event time falls in.
 func (t *truth) perBucket(window time.Duration) map[int64]int {
-	w := bloom.Windows{Length: window, Mode: bloom.Rolling}
+	w := bloom.Window{Length: window, Mode: bloom.Rolling}
 	n := map[int64]int{}
 	for _, ms := range t.idTime {
 		n[w.Bucket(time.UnixMilli(ms))]++
