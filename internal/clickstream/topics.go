@@ -8,9 +8,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Produce writes recs to topic; opts are further client options (TLS,
@@ -76,45 +76,17 @@ func ReadToEnd(ctx context.Context, brokers []string, topic string, opts ...kgo.
 // EndOffsets returns the end offset (the next offset to be written) of
 // every partition of topic.
 func EndOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
-	mreq := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	mreq.Topics = append(mreq.Topics, mt)
-	mresp, err := mreq.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+	listed, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = listed.Error()
 	}
-	if len(mresp.Topics) != 1 {
-		return nil, fmt.Errorf("metadata of %s: %d topics in the reply", topic, len(mresp.Topics))
-	}
-	if err := kerr.ErrorForCode(mresp.Topics[0].ErrorCode); err != nil {
-		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
-	}
-	lreq := kmsg.NewPtrListOffsetsRequest()
-	lt := kmsg.NewListOffsetsRequestTopic()
-	lt.Topic = topic
-	for _, p := range mresp.Topics[0].Partitions {
-		lp := kmsg.NewListOffsetsRequestTopicPartition()
-		lp.Partition = p.Partition
-		lp.Timestamp = -1 // the end
-		lt.Partitions = append(lt.Partitions, lp)
-	}
-	lreq.Topics = append(lreq.Topics, lt)
-	lresp, err := lreq.RequestWith(ctx, cl)
 	if err != nil {
 		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
 	}
 	ends := map[int32]int64{}
-	for _, t := range lresp.Topics {
-		for _, p := range t.Partitions {
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				return nil, fmt.Errorf("end offset of %s/%d: %w", topic, p.Partition, err)
-			}
-			ends[p.Partition] = p.Offset
-		}
-	}
-	if len(ends) != len(mresp.Topics[0].Partitions) {
-		return nil, fmt.Errorf("end offsets of %s: %d of %d partitions answered", topic, len(ends), len(mresp.Topics[0].Partitions))
+	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	if len(ends) == 0 {
+		return nil, fmt.Errorf("end offsets of %s: no partition answered", topic)
 	}
 	return ends, nil
 }
@@ -122,55 +94,22 @@ func EndOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]in
 // Committed returns the offsets group has committed for the partitions of
 // topic; a partition without a commit is missing from the map, and so is
 // every partition of a group that has not committed yet.
-func Committed(ctx context.Context, cl *kgo.Client, group, topic string, partitions int32) (map[int32]int64, error) {
-	req := kmsg.NewPtrOffsetFetchRequest()
-	g := kmsg.NewOffsetFetchRequestGroup()
-	g.Group = group
-	t := kmsg.NewOffsetFetchRequestGroupTopic()
-	t.Topic = topic
-	for p := int32(0); p < partitions; p++ {
-		t.Partitions = append(t.Partitions, p)
+func Committed(ctx context.Context, cl *kgo.Client, group, topic string) (map[int32]int64, error) {
+	resp, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	switch {
+	case errors.Is(err, kerr.GroupIDNotFound): // no commit yet
+		return map[int32]int64{}, nil
+	case err == nil:
+		err = resp.Error()
 	}
-	g.Topics = append(g.Topics, t)
-	req.Groups = append(req.Groups, g)
-	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		return nil, fmt.Errorf("committed offsets of group %s: %w", group, err)
 	}
 	out := map[int32]int64{}
-	add := func(code int16, p int32, off int64) error {
-		if err := kerr.ErrorForCode(code); err != nil {
-			return fmt.Errorf("committed offset of %s/%d: %w", topic, p, err)
+	resp.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == topic && o.At >= 0 {
+			out[o.Partition] = o.At
 		}
-		if off >= 0 {
-			out[p] = off
-		}
-		return nil
-	}
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return nil, fmt.Errorf("committed offsets of group %s: %w", group, err)
-	}
-	for _, rg := range resp.Groups {
-		switch err := kerr.ErrorForCode(rg.ErrorCode); {
-		case errors.Is(err, kerr.GroupIDNotFound): // no commit yet
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("committed offsets of group %s: %w", group, err)
-		}
-		for _, rt := range rg.Topics {
-			for _, rp := range rt.Partitions {
-				if err := add(rp.ErrorCode, rp.Partition, rp.Offset); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	for _, rt := range resp.Topics {
-		for _, rp := range rt.Partitions {
-			if err := add(rp.ErrorCode, rp.Partition, rp.Offset); err != nil {
-				return nil, err
-			}
-		}
-	}
+	})
 	return out, nil
 }

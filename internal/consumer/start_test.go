@@ -61,7 +61,7 @@ func (r *startRig) committed(group string) map[int32]int64 {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	got, err := clickstream.Committed(ctx, r.cl, group, "in", startPartitions)
+	got, err := clickstream.Committed(ctx, r.cl, group, "in")
 	if errors.Is(err, kerr.GroupIDNotFound) { // kfake's answer for a group it has never seen
 		return map[int32]int64{}
 	}

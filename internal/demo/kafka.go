@@ -85,7 +85,7 @@ func waitCommitted(ctx context.Context, cl *kgo.Client, partitions int32, ends m
 	var best int64 = -1
 	lastMove := time.Now()
 	return poll(ctx, early, func(ctx context.Context) (bool, error) {
-		got, err := clickstream.Committed(ctx, cl, Group, InputTopic, partitions)
+		got, err := clickstream.Committed(ctx, cl, Group, InputTopic)
 		if err == nil {
 			var sum int64
 			done := true

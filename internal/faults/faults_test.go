@@ -376,7 +376,7 @@ func (r *rig) uncommitted() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	committed, err := clickstream.Committed(ctx, r.admin, group, inTopic, int32(len(ends)))
+	committed, err := clickstream.Committed(ctx, r.admin, group, inTopic)
 	if err != nil {
 		return 0, err
 	}

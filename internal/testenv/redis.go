@@ -45,8 +45,16 @@ func ClusterWith(t testing.TB, replicas int, o redisproc.Options, args ...string
 func RedisClient(t testing.TB, s *redisproc.Server) *redis.Client {
 	t.Helper()
 	o := s.ClientOptions()
-	o.ContextTimeoutEnabled, o.ReadTimeout = true, 10*time.Second
-	c := redis.NewClient(o)
+	o.ContextTimeoutEnabled, o.ReadTimeout = true, clientReadTimeout
+	return closeAfter(t, redis.NewClient(o))
+}
+
+// clientReadTimeout bounds a read of the tests' clients: long enough for
+// a script over a large batch on a loaded machine.
+const clientReadTimeout = 10 * time.Second
+
+// closeAfter closes c when the test ends, and returns it.
+func closeAfter[C interface{ Close() error }](t testing.TB, c C) C {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -62,8 +70,6 @@ func Cluster(t testing.TB, replicas int, args ...string) *redisproc.Cluster {
 func ClusterClient(t testing.TB, c *redisproc.Cluster) *redis.ClusterClient {
 	t.Helper()
 	o := c.ClusterOptions()
-	o.ContextTimeoutEnabled, o.ReadTimeout = true, 10*time.Second
-	cc := redis.NewClusterClient(o)
-	t.Cleanup(func() { cc.Close() })
-	return cc
+	o.ContextTimeoutEnabled, o.ReadTimeout = true, clientReadTimeout
+	return closeAfter(t, redis.NewClusterClient(o))
 }
