@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"dedupe-worker/config"
-	"dedupe-worker/internal/consumer"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clickstream"
+	"dedupe-worker/internal/consumer"
 )
 
 // Result is what a demo run found.
