@@ -118,6 +118,7 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	maxLag := fs.Duration("max-lag", envOr("MAX_LAG", d.MaxLag, time.ParseDuration), "lag bound: how long after their event time events are still deduplicated")
 	shards := fs.Int("shards", envOr("SHARDS", d.Shards, parseInt), "least number of shards")
 	growth := fs.Float64("max-growth", envOr("MAX_GROWTH", d.MaxGrowth, parseFloat), "how far a window may grow past n (1: no growth)")
+	redisTimeout := fs.Duration("redis-timeout", envOr("REDIS_TIMEOUT", d.RedisTimeout, time.ParseDuration), "bound of one Redis call: with the size, how long before a window starts its keys are made")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -134,20 +135,32 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	if ids != "" {
 		fmt.Fprintln(stdout, ids)
 	}
-	live := bloom.Window{Length: *window, Mode: m, MaxLag: *maxLag}.Live()
-	fmt.Fprintf(stdout, "%s windows of %v with a lag bound of %v: %d windows of keys live at once\n", *mode, *window, *maxLag, live)
+	win := bloom.Window{Length: *window, Mode: m, MaxLag: *maxLag}
+	// liveOf is how many windows of keys a plan keeps live at most: the
+	// next window's keys are made PreallocateLead before it starts.
+	liveOf := func(pl bloom.Plan) (int, time.Duration) {
+		lead := bloom.PreallocateLead(pl, win, *redisTimeout)
+		return win.Live(lead), lead
+	}
 	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "n per window\twindow\ttarget p\tlayout\tshards\tbits/ID\tclassic bits/ID (k)\tMiB per window\tMiB live (%d windows)\tachieved p\n", live)
+	fmt.Fprintln(tw, "n per window\twindow\ttarget p\tlayout\tshards\tbits/ID\tclassic bits/ID (k)\tMiB per window\twindows live\tMiB live\tachieved p")
+	live := 0
 	for _, target := range []float64{*p, 1e-2, 1e-4, 1e-6, 1e-9} {
 		pl, err := bloom.NewPlan(*n, target, bloom.PlanOptions{MinShards: *shards, MaxGrowth: *growth})
 		if err != nil {
 			fmt.Fprintln(stderr, "dedupe-worker plan:", err)
 			return 2
 		}
-		fmt.Fprintf(tw, "%d\t%v\t%g\t%dx%d\t%d\t%.1f\t%.1f (%d)\t%.0f\t%.0f\t%.2g\n", *n, *window, target,
+		rowLive, lead := liveOf(pl)
+		if live == 0 {
+			live = rowLive
+			fmt.Fprintf(stdout, "%s windows of %v with a lag bound of %v: at most %d windows of keys live at once at p = %g (the next window's keys are made %v before it starts)\n",
+				*mode, *window, *maxLag, live, target, lead.Round(time.Second))
+		}
+		fmt.Fprintf(tw, "%d\t%v\t%g\t%dx%d\t%d\t%.1f\t%.1f (%d)\t%.0f\t%d\t%.0f\t%.2g\n", *n, *window, target,
 			pl.Layout.Words, pl.Layout.BitsPerWord, pl.Shards, pl.BitsPerElement(),
 			float64(pl.Standard.Bits)/float64(*n), pl.Standard.Hashes,
-			float64(pl.Memory)/(1<<20), float64(pl.Memory)*float64(live)/(1<<20), pl.AchievedFPR)
+			float64(pl.Memory)/(1<<20), rowLive, float64(pl.Memory)*float64(rowLive)/(1<<20), pl.AchievedFPR)
 		if target == *p && len(args) > 0 {
 			break
 		}

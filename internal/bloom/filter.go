@@ -89,8 +89,15 @@ func (f *Filter) Plan() Plan { return f.plan }
 // and stats are computed for.
 func (f *Filter) Now() time.Time { return f.cfg.Now() }
 
-// LiveWindows is how many buckets of keys exist at once (Window.Live).
-func (f *Filter) LiveWindows() int { return f.cfg.Window.Live() }
+// LiveWindows is how many buckets of keys exist at once at most
+// (Window.Live with PreallocateLead).
+func (f *Filter) LiveWindows() int { return f.cfg.Window.Live(f.PreallocateLead()) }
+
+// PreallocateLead is how long before a bucket starts the maintenance makes
+// its keys (the package function PreallocateLead for this filter).
+func (f *Filter) PreallocateLead() time.Duration {
+	return PreallocateLead(f.plan, f.cfg.Window, f.cfg.CallTimeout)
+}
 
 // Window returns how the filter maps event times to buckets.
 func (f *Filter) Window() Window { return f.cfg.Window }

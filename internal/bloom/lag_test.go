@@ -153,8 +153,8 @@ func TestCheckCapacityCountsTheLagBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	win := Window{Length: 10 * time.Minute, Mode: Rolling}
-	if win.Live() != 3 {
-		t.Fatalf("live buckets without a lag bound: %d, want 3", win.Live())
+	if n := win.Live(PreallocateLead(plan, win, DefaultCallTimeout)); n != 3 {
+		t.Fatalf("live buckets without a lag bound: %d, want 3", n)
 	}
 	// Room for five buckets: enough without a bound, not with one hour.
 	configSet(t, c, "maxmemory", strconv.FormatUint(5*plan.Memory, 10))
@@ -163,30 +163,74 @@ func TestCheckCapacityCountsTheLagBound(t *testing.T) {
 		t.Errorf("three buckets in room for five: %v", err)
 	}
 	win.MaxLag = time.Hour
-	if win.Live() != 9 {
-		t.Fatalf("live buckets with a 1h bound: %d, want 9", win.Live())
+	if n := win.Live(PreallocateLead(plan, win, DefaultCallTimeout)); n != 9 {
+		t.Fatalf("live buckets with a 1h bound: %d, want 9", n)
 	}
 	if err := newClockFilter(t, c, &clock, win, withPlan).CheckCapacity(t.Context()); !errors.Is(err, ErrInvalidPlan) {
 		t.Errorf("nine buckets in room for five: %v", err)
 	}
 }
 
-// TestWindowsLive covers the bucket count for the shapes operators use.
+// TestWindowsLive covers the bucket count for the shapes operators use:
+// with the next bucket made a whole window ahead (lead = length), and with
+// it made shortly before it starts.
 func TestWindowsLive(t *testing.T) {
+	const day = 24 * time.Hour
 	for _, tc := range []struct {
 		w    Window
+		lead time.Duration
 		want int
 	}{
-		{Window{Length: 10 * time.Minute, Mode: Rolling}, 3},
-		{Window{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour}, 9},
-		{Window{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour + time.Second}, 10},
-		{Window{Length: 10 * time.Minute, Mode: Fixed, MaxLag: 7 * 24 * time.Hour}, 2 + 1008},
-		{Window{Length: 24 * time.Hour, Mode: Fixed, MaxLag: time.Hour}, 3},
-		{Window{Length: 24 * time.Hour, Mode: Rolling, MaxLag: 7 * 24 * time.Hour}, 10},
+		{Window{Length: 10 * time.Minute, Mode: Rolling}, 10 * time.Minute, 3},
+		{Window{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour}, 10 * time.Minute, 9},
+		{Window{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour + time.Second}, 10 * time.Minute, 10},
+		{Window{Length: 10 * time.Minute, Mode: Fixed, MaxLag: 7 * day}, 10 * time.Minute, 2 + 1008},
+		{Window{Length: day, Mode: Fixed, MaxLag: time.Hour}, day, 3},
+		{Window{Length: day, Mode: Rolling, MaxLag: 7 * day}, day, 10},
+		// Made shortly before: a lead under a window's length saves a
+		// bucket only when the bound leaves room.
+		{Window{Length: 10 * time.Minute, Mode: Rolling}, 2 * time.Minute, 3},
+		{Window{Length: 10 * time.Minute, Mode: Rolling, MaxLag: time.Hour}, 2 * time.Minute, 9},
+		{Window{Length: 10 * time.Minute, Mode: Fixed}, 2 * time.Minute, 2},
+		{Window{Length: day, Mode: Fixed, MaxLag: time.Hour}, 15 * time.Minute, 2},
+		{Window{Length: day, Mode: Fixed}, 15 * time.Minute, 2},
+		{Window{Length: day, Mode: Fixed}, 0, 1},
+		{Window{Length: day, Mode: Rolling, MaxLag: time.Hour}, 15 * time.Minute, 3},
 	} {
-		if got := tc.w.Live(); got != tc.want {
-			t.Errorf("%v %v, max lag %v: %d live buckets, want %d", tc.w.Length, tc.w.Mode, tc.w.MaxLag, got, tc.want)
+		if got := tc.w.Live(tc.lead); got != tc.want {
+			t.Errorf("%v %v, max lag %v, lead %v: %d live buckets, want %d", tc.w.Length, tc.w.Mode, tc.w.MaxLag, tc.lead, got, tc.want)
 		}
+	}
+}
+
+// The lead covers three maintenance passes and the making of every shard,
+// and is never more than a window.
+func TestPreallocateLead(t *testing.T) {
+	day := Window{Length: 24 * time.Hour, Mode: Fixed, MaxLag: time.Hour}
+	small, err := NewPlan(100_000, 1e-6, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	passes := preallocatePasses * (slowEvery + growEvery)
+	if got, want := PreallocateLead(small, day, 5*time.Second), passes+5*time.Second; got != want {
+		t.Errorf("lead of a %d-byte window: %v, want %v (three passes and one small make)", small.Memory, got, want)
+	}
+	big, err := NewPlan(1_000_000_000, 1e-9, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead := PreallocateLead(big, day, 5*time.Second)
+	perShard := 5*time.Second + time.Duration(big.ShardBits/8>>20)*100*time.Millisecond
+	if lead != passes+time.Duration(big.Shards)*perShard || lead < 10*time.Minute || lead > time.Hour {
+		t.Errorf("lead of a %d GiB window in %d shards: %v, want %v and between 10 minutes and an hour", big.Memory>>30, big.Shards, lead,
+			passes+time.Duration(big.Shards)*perShard)
+	}
+	if n := day.Live(lead); n != 2 {
+		t.Errorf("a daily window with a 1h bound and a %v lead keeps %d windows live, want 2", lead, n)
+	}
+	short := Window{Length: time.Minute, Mode: Rolling}
+	if got := PreallocateLead(big, short, 5*time.Second); got != time.Minute {
+		t.Errorf("lead of a 1-minute window: %v, want the window", got)
 	}
 }
 

@@ -100,7 +100,7 @@ const (
 // once when a call asks for one ahead of need, and every growEvery it
 // looks for any that are due), and every
 // slowEvery reads each master's eviction policy and evicted keys (see
-// Healthy), preallocates the current and the next window and reads the
+// Healthy), preallocates the current window and, PreallocateLead before it starts, the next, and reads the
 // statistics of the current and the previous one into g. A failed call is
 // logged, counted by step and tried again at the next pass; nothing ends
 // the loop but ctx. It warns once per window and shard that overfills or
@@ -116,7 +116,6 @@ func (f *Filter) Maintain(ctx context.Context, g *Gauges, log *zap.Logger) {
 func (f *Filter) maintain(ctx context.Context, g *Gauges, log *zap.Logger, growEvery, slowEvery time.Duration) {
 	g.maxLag.Set(f.cfg.Window.MaxLag.Seconds())
 	f.obs.Store(&reporter{g: g, log: log})
-	window := f.cfg.Window.Length
 	tick := time.NewTicker(min(growEvery, slowEvery))
 	defer tick.Stop()
 	warned := map[[2]int64]string{} // buckets and shards already warned about
@@ -143,7 +142,7 @@ func (f *Filter) maintain(ctx context.Context, g *Gauges, log *zap.Logger, growE
 		if now := time.Now(); now.Sub(lastSlow) >= slowEvery {
 			lastSlow = now
 			f.watchEviction(ctx, g, ev, log)
-			f.maintainSlow(ctx, f.Now(), window, g, warned, log)
+			f.maintainSlow(ctx, f.Now(), g, warned, log)
 		}
 		select {
 		case <-ctx.Done():
@@ -227,12 +226,14 @@ func (f *Filter) watchEviction(ctx context.Context, g *Gauges, w *evictionWatch,
 	f.evicting.Store(len(w.unsafe) > 0)
 }
 
-func (f *Filter) maintainSlow(ctx context.Context, now time.Time, window time.Duration, g *Gauges, warned map[[2]int64]string, log *zap.Logger) {
+func (f *Filter) maintainSlow(ctx context.Context, now time.Time, g *Gauges, warned map[[2]int64]string, log *zap.Logger) {
 	if err := f.Preallocate(ctx, now); err != nil && ctx.Err() == nil {
 		g.failed.WithLabelValues(stepPreallocate).Inc()
 		log.Warn("preallocating the current window; trying again at the next pass", zap.Error(err))
 	}
-	if err := f.Preallocate(ctx, now.Add(window)); err != nil && ctx.Err() == nil {
+	// The bucket that starts within the lead: the next one shortly before
+	// it starts, else the current one again (which exists: no call).
+	if err := f.Preallocate(ctx, now.Add(f.PreallocateLead())); err != nil && ctx.Err() == nil {
 		g.failed.WithLabelValues(stepPreallocate).Inc()
 		log.Warn("preallocating the next window; trying again at the next pass", zap.Error(err))
 	}

@@ -43,3 +43,20 @@ func (f *Filter) Preallocate(ctx context.Context, t time.Time) error {
 	}
 	return nil
 }
+
+// preallocatePasses is how many maintenance passes a bucket's keys are
+// made ahead of its start: two passes may fail and the third still makes
+// them in time.
+const preallocatePasses = 3
+
+// PreallocateLead is how long before a bucket starts the maintenance makes
+// its keys (Preallocate): preallocatePasses of its slow passes (each at
+// most slowEvery plus growEvery apart) plus the time making every shard of
+// the bucket may take, one after the other (the call time-out plus 100 ms
+// per MiB each, as for a stage), and at most the window's length. Made
+// earlier, the next bucket's memory is held for nothing: a daily window
+// made a day ahead holds two windows all day.
+func PreallocateLead(p Plan, w Window, callTimeout time.Duration) time.Duration {
+	lead := preallocatePasses*(slowEvery+growEvery) + time.Duration(p.Shards)*makeTimeout(callTimeout, p.ShardBits/8)
+	return min(lead, w.Length)
+}

@@ -160,17 +160,19 @@ func (w Window) place(t, now time.Time, maxFutureSkew time.Duration) placement {
 	return p
 }
 
-// Live is how many buckets of keys exist at once at most: the current one,
-// the next one once preallocated, in Rolling mode the previous one (still
-// tested), and the ones MaxLag keeps for events processed late, one per
-// window length of MaxLag, rounded up (a 10-minute window and a 1-hour
-// bound keep six more).
-func (w Window) Live() int {
-	n := 2
+// Live is how many buckets of keys exist at once at most when each
+// bucket's keys are made lead before it starts (PreallocateLead): a
+// bucket's keys live from then until they expire, MaxLag after the end of
+// the last bucket whose events test them (ExpireAt), and the buckets alive
+// at one instant are those whose lives cover it. A 10-minute rolling window
+// with a 1-hour bound and a lead of 2 minutes keeps 9; a daily fixed window
+// with a 1-hour bound keeps 2 around midnight and 1 for most of the day.
+func (w Window) Live(lead time.Duration) int {
+	life := max(lead, 0) + w.Length + w.MaxLag
 	if w.Mode == Rolling {
-		n++
+		life += w.Length
 	}
-	return n + int((w.MaxLag+w.Length-1)/w.Length)
+	return int((life + w.Length - 1) / w.Length)
 }
 
 // Retention is how long a bucket's keys live after the bucket starts.
