@@ -2,10 +2,13 @@
 // one run on one redis-server: a pipelined SET id 1 NX EX per element (exact,
 // the throughput reference) and the naive Lua script that calls SETBIT once
 // per bit. It prints one table: elements per second, Redis and client CPU per
-// element, Redis bytes per distinct element and false positives.
+// element and its ratio to SET NX's, Redis bytes per distinct element and
+// false positives. The engine runs the product's defaults (config.Defaults:
+// the rate, the window and its growth cap) unless flags say otherwise.
 //
-//	go run ./cmd/bloom-bench            # 10 million IDs, p = 1e-6
-//	go run ./cmd/bloom-bench -n 1000000 # a quicker run
+//	go run ./cmd/bloom-bench                 # 10 million IDs, the product's defaults
+//	go run ./cmd/bloom-bench -n 1000000      # a quicker run
+//	go run ./cmd/bloom-bench -case seed      # the click-log pipeline: 7 million IDs per 10 minutes at p = 1e-9
 package main
 
 import (
@@ -25,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spaolacci/murmur3"
 
+	"dedupe-worker/config"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/redisproc"
 )
@@ -43,21 +47,49 @@ type options struct {
 	// load is the distinct IDs over the planned n; growth the window's
 	// DEDUPE_MAX_GROWTH.
 	load, growth float64
+	window       time.Duration
+}
+
+// cases are named runs: flags given beside one override it.
+var cases = map[string]func(o *options){
+	// The click-log pipeline of the seed: a billion events a day, 7 million
+	// distinct IDs per 10-minute window, at the rate it chose.
+	"seed": func(o *options) {
+		o.dup = 0.07
+		o.n = int(math.Round(7_000_000 / (1 - o.dup)))
+		o.p, o.window, o.methods = 1e-9, 10*time.Minute, "engine-rolling,setnx"
+	},
 }
 
 func main() {
 	var o options
+	d := config.Defaults()
+	caseName := flag.String("case", "", "a named run: seed (7 million distinct IDs per 10-minute window at p = 1e-9, rolling, against SET NX); other flags override it")
 	flag.IntVar(&o.n, "n", 10_000_000, "IDs to test (16 bytes each)")
 	flag.IntVar(&o.naiveN, "naive-n", 300_000, "IDs for the naive SETBIT script, which is slow")
 	flag.Float64Var(&o.dup, "dup", 0.07, "share of IDs that repeat an earlier one")
 	flag.IntVar(&o.batch, "batch", 1000, "IDs per batch")
-	flag.Float64Var(&o.p, "p", 1e-6, "target false-positive rate")
+	flag.Float64Var(&o.p, "p", d.FalsePositiveRate, "target false-positive rate (DEDUPE_FALSE_POSITIVE_RATE)")
+	flag.DurationVar(&o.window, "window", d.Window, "window length (DEDUPE_WINDOW)")
 	flag.StringVar(&o.methods, "methods", "engine-rolling,engine-fixed,setnx,naive", "methods to run, comma-separated")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the ID stream")
 	flag.Float64Var(&o.load, "load", 1, "distinct IDs over the filter's planned n: above 1 the window grows (with -growth above 1)")
-	flag.Float64Var(&o.growth, "growth", 1, "how far a window may grow past its planned n (DEDUPE_MAX_GROWTH; 1: no growth)")
+	flag.Float64Var(&o.growth, "growth", d.MaxGrowth, "how far a window may grow past its planned n (DEDUPE_MAX_GROWTH; 1: no growth)")
 	flag.BoolVar(&o.backlog, "backlog", false, "stamp the IDs a day back, in a window that has ended (a backlog; a 48h lag bound keeps it)")
 	flag.Parse()
+	if *caseName != "" {
+		set, ok := cases[*caseName]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "bloom-bench: -case %q: want seed\n", *caseName)
+			os.Exit(2)
+		}
+		set(&o)
+		// Flags given beside the case win over it: parsed again, they set
+		// only what they name.
+		if err := flag.CommandLine.Parse(os.Args[1:]); err != nil {
+			os.Exit(2)
+		}
+	}
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bloom-bench:", err)
 		os.Exit(1)
@@ -142,8 +174,8 @@ func run(ctx context.Context, o options) error {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, ReadTimeout: 30 * time.Second})
 	defer c.Close()
 	version, _ := redisproc.InfoField(ctx, c, "server", "redis_version")
-	fmt.Printf("redis %s, %d IDs of 16 bytes, %.0f%% duplicates, batches of %d, p = %g\n",
-		version, o.n, o.dup*100, o.batch, o.p)
+	fmt.Printf("redis %s, %d IDs of 16 bytes, %.0f%% duplicates, batches of %d, p = %g, %v windows, growth up to %gx\n",
+		version, o.n, o.dup*100, o.batch, o.p, o.window, o.growth)
 
 	var results []result
 	for _, m := range strings.Split(o.methods, ",") {
@@ -175,23 +207,31 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
+// report prints the table. "vs SET NX" are ratios to the SET NX run of the
+// same invocation: its throughput over SET NX's, and SET NX's Redis CPU per
+// element over the method's (above 1 is cheaper than SET NX).
 func report(rs []result) {
-	var base float64
+	var base, baseCPU float64
 	for _, r := range rs {
 		if r.name == "setnx" {
 			base = float64(r.n) / r.wall.Seconds()
+			baseCPU = r.redisCPU / float64(r.n)
 		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 2, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "method\tIDs\telements/s\tvs SET NX\tredis CPU us/el\tclient CPU us/el\tbytes/distinct\tfalse pos\texpected FP\tdups passed\t")
+	fmt.Fprintln(tw, "method\tIDs\telements/s\tvs SET NX\tredis CPU us/el\tvs SET NX (CPU)\tclient CPU us/el\tbytes/distinct\tfalse pos\texpected FP\tdups passed\t")
 	for _, r := range rs {
 		rate := float64(r.n) / r.wall.Seconds()
-		ratio := "-"
+		cpu := r.redisCPU / float64(r.n)
+		ratio, cpuRatio := "-", "-"
 		if base > 0 {
 			ratio = fmt.Sprintf("%.2fx", rate/base)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%d\t%.2f\t%d\t\n", r.name, r.n, rate, ratio,
-			r.redisCPU/float64(r.n)*1e6, r.clientCPU/float64(r.n)*1e6,
+		if baseCPU > 0 && cpu > 0 {
+			cpuRatio = fmt.Sprintf("%.2fx", baseCPU/cpu)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.2f\t%s\t%.2f\t%.2f\t%d\t%.2f\t%d\t\n", r.name, r.n, rate, ratio,
+			cpu*1e6, cpuRatio, r.clientCPU/float64(r.n)*1e6,
 			float64(r.memory)/float64(r.distinct), r.falsePos, r.expectedFP, r.falseNeg)
 	}
 	tw.Flush()
@@ -254,7 +294,7 @@ func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode)
 	if o.backlog {
 		at, lag = now.Add(-24*time.Hour), 48*time.Hour
 	}
-	f, err := bloom.New(c, bloom.Config{Pipeline: "bench", Plan: plan, Window: bloom.Window{Length: 24 * time.Hour, Mode: mode, MaxLag: lag},
+	f, err := bloom.New(c, bloom.Config{Pipeline: "bench", Plan: plan, Window: bloom.Window{Length: o.window, Mode: mode, MaxLag: lag},
 		Now: func() time.Time { return now }})
 	if err != nil {
 		return result{}, err
