@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -63,15 +64,34 @@ func StartWith(ctx context.Context, dir string, o Options, args ...string) (*Ser
 	return nil, last
 }
 
-// FreePort returns a loopback port that was free a moment ago.
+// FreePort returns a loopback port that was free a moment ago, chosen
+// at random below the kernel's ephemeral range (32768 and up on Linux by
+// default). A port the kernel hands out for port 0 is an ephemeral one,
+// which any outgoing connection (a client of the broker or of Redis) may
+// take before the caller listens on it; ports below the range are taken
+// only by a listener that asks for them.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
+	var last error
+	for range 100 {
+		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			last = err
+			continue
+		}
+		l.Close()
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("finding a free port from %d to %d: %w", freePortLow, freePortHigh, last)
 }
+
+// The ports FreePort chooses from: above the well-known services, and low
+// enough that a Redis Cluster node's bus port (its port plus 10000) is
+// below the ephemeral range too.
+const (
+	freePortLow  = 10000
+	freePortHigh = 32768 - 10000
+)
 
 func (s *Server) start(ctx context.Context) error {
 	_, port, _ := net.SplitHostPort(s.Addr)
