@@ -129,8 +129,11 @@ func (r *groupRig) request(req kmsg.Request) kmsg.Response { return request(r.t,
 // deadMember makes the group's first member: it joins with a session
 // timeout of a minute, becomes leader, syncs, and then sends nothing more
 // (no heartbeat, no LeaveGroup), as a process killed with SIGKILL would.
-// Its rebalance timeout is the least the broker takes, so that the
-// readers' set the timer.
+// Its rebalance timeout (1 s) is below every reader's (2.5 s and more), so
+// that the readers' set the timer: the broker times a rebalance by the
+// largest of its members'. It is not less, because the broker also waits
+// that long for the sync after the join: the dead member's own sync,
+// sent at once, must not miss it on a loaded machine.
 func (r *groupRig) deadMember() {
 	r.t.Helper()
 	meta := kmsg.NewConsumerMemberMetadata()
@@ -138,7 +141,7 @@ func (r *groupRig) deadMember() {
 	join := kmsg.NewPtrJoinGroupRequest()
 	join.Group = groupName
 	join.SessionTimeoutMillis = 60_000
-	join.RebalanceTimeoutMillis = 1
+	join.RebalanceTimeoutMillis = 1000
 	join.ProtocolType = "consumer"
 	p := kmsg.NewJoinGroupRequestProtocol()
 	p.Name, p.Metadata = "range", meta.AppendTo(nil)
