@@ -106,23 +106,40 @@ func AppendSource(b []byte, topic string, partition int, offset int64) []byte {
 // ParseSource reads a SourceHeader value. Topic names cannot hold '/', so
 // the last two fields are the partition and the offset.
 func ParseSource(v []byte) (Source, bool) {
-	i := bytes.LastIndexByte(v, '/')
-	if i <= 0 {
-		return Source{}, false
-	}
-	j := bytes.LastIndexByte(v[:i], '/')
-	if j <= 0 {
-		return Source{}, false
-	}
-	p, err := strconv.Atoi(string(v[j+1 : i]))
-	if err != nil || p < 0 {
-		return Source{}, false
-	}
-	o, err := strconv.ParseInt(string(v[i+1:]), 10, 64)
-	if err != nil || o < 0 {
+	j, p, o, ok := parseSource(v)
+	if !ok {
 		return Source{}, false
 	}
 	return Source{Topic: string(v[:j]), Partition: p, Offset: o}, true
+}
+
+// SourcePartition is the partition of a SourceHeader value that
+// ParseSource reads, without making the rest: the output balancer needs it
+// for every message. ok is ParseSource's.
+func SourcePartition(v []byte) (partition int, ok bool) {
+	_, p, _, ok := parseSource(v)
+	return p, ok
+}
+
+// parseSource reads a SourceHeader value: the topic is v[:topicEnd].
+func parseSource(v []byte) (topicEnd, partition int, offset int64, ok bool) {
+	i := bytes.LastIndexByte(v, '/')
+	if i <= 0 {
+		return 0, 0, 0, false
+	}
+	j := bytes.LastIndexByte(v[:i], '/')
+	if j <= 0 {
+		return 0, 0, 0, false
+	}
+	p, err := strconv.Atoi(string(v[j+1 : i]))
+	if err != nil || p < 0 {
+		return 0, 0, 0, false
+	}
+	o, err := strconv.ParseInt(string(v[i+1:]), 10, 64)
+	if err != nil || o < 0 {
+		return 0, 0, 0, false
+	}
+	return j, p, o, true
 }
 
 // Reason is why a message went to the dead-letter topic. Its label

@@ -14,10 +14,16 @@ func TestSourceRoundTrip(t *testing.T) {
 		if !ok || got != s {
 			t.Errorf("%q: %+v %v, want %+v", v, got, ok, s)
 		}
+		if p, ok := SourcePartition(v); !ok || p != s.Partition {
+			t.Errorf("%q: partition %d %v, want %d", v, p, ok, s.Partition)
+		}
 	}
 	for _, bad := range []string{"", "t", "t/1", "/1/2", "t/x/2", "t/1/y", "t/-1/2", "t/1/-2"} {
 		if s, ok := ParseSource([]byte(bad)); ok {
 			t.Errorf("%q parsed as %+v", bad, s)
+		}
+		if p, ok := SourcePartition([]byte(bad)); ok {
+			t.Errorf("%q: partition %d read from it", bad, p)
 		}
 	}
 }

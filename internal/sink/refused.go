@@ -227,9 +227,9 @@ func classify(err error) outcome {
 	return retryable
 }
 
-// messageBytes is a message's size as kafka-go measures it against the
-// Writer's BatchBytes (its Message.totalSize): a larger one makes kafka-go
-// refuse the whole WriteMessages call before sending anything.
+// messageBytes is a message's size as kafka-go measures it (its
+// Message.totalSize): what batches are cut by, and what Write holds
+// against MaxBatchBytes before sending a message.
 func messageBytes(m *kafka.Message) int {
 	n := 4 + 1 + 1 + 8 + 4 + len(m.Key) + 4 + len(m.Value) // crc, magic, attributes, timestamp, key, value
 	n += varintLen(len(m.Headers))

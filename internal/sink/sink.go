@@ -1,7 +1,8 @@
 // Package sink writes events to a Kafka topic and returns only once every
 // in-sync replica has them, or says which ones the topic refused for their
-// content. write.go holds Write and its retries, refused.go what a topic
-// can refuse and the errors Write returns.
+// content. write.go holds Write and its retries, produce.go the produce
+// requests of one try, refused.go what a topic can refuse and the errors
+// Write returns.
 package sink
 
 import (
@@ -53,16 +54,30 @@ type Config struct {
 // partition modulo the output's partition count), so their order is kept
 // (but see Write for retries).
 type Writer struct {
-	// writer is the kafka-go writer that sends the produce requests.
-	writer  *kafka.Writer
-	timeout time.Duration
-	log     *zap.Logger
+	// client sends the metadata and produce requests through transport.
+	client    *kafka.Client
+	transport *kafka.Transport
+	topic     string
+	batchSize int
+	timeout   time.Duration
+	log       *zap.Logger
 	// sampled reports refused messages and the batches split to find
 	// them: each distinct line at most once per logs.SampleEvery.
 	sampled *zap.Logger
 	// mu makes Writes one at a time: finding a refused message relies on
 	// a message sent alone being alone in its produce request.
 	mu sync.Mutex
+	// requests counts the produce requests under way, those a Write gave
+	// up on included: Close waits for them.
+	requests sync.WaitGroup
+	// state guards closed and tails.
+	state  sync.Mutex
+	closed bool
+	// tails holds, per output partition, a channel closed once the last
+	// request sent to it has its answer: the next one waits for it, so a
+	// partition's requests go one at a time and in order, also after a
+	// Write that gave up on one.
+	tails map[int]chan struct{}
 }
 
 // New returns a Writer; it connects on first use.
@@ -78,69 +93,62 @@ func New(cfg Config) *Writer {
 		log = zap.NewNop()
 	}
 	log = log.With(zap.String("topic", cfg.Topic))
+	transport := &kafka.Transport{
+		Dial:        (&net.Dialer{Timeout: cfg.Timeout}).DialContext,
+		DialTimeout: cfg.Timeout,
+		IdleTimeout: time.Minute,
+		TLS:         cfg.TLS,
+		SASL:        cfg.SASL,
+		// Ask for this topic by name. From a cache of all topics, one the
+		// user may not write (nor so describe) is simply missing: reported
+		// unknown and retried for ever, instead of refused.
+		MetadataTopics: []string{cfg.Topic},
+	}
 	return &Writer{
-		timeout: cfg.Timeout,
-		log:     log,
-		sampled: logs.Sampled(log),
-		writer: &kafka.Writer{
-			Addr:     kafka.TCP(cfg.Brokers...),
-			Topic:    cfg.Topic,
-			Balancer: sourcePartition{},
-			// The defaults (no acks, a one-second linger) lose data and add a
-			// second to every batch.
-			RequiredAcks: kafka.RequireAll,
-			BatchSize:    cfg.BatchSize,
-			BatchTimeout: 2 * time.Millisecond,
-			BatchBytes:   MaxBatchBytes,
-			// One try per request: Write retries what failed itself. kafka-go
-			// retries a batch in the background, uncancelled, and writes the
-			// partition's next batches only after it, so its own retries
-			// would outlive a Write that gave up, hold up the next one, and
-			// could write a copy of what the caller writes again.
-			MaxAttempts:  1,
-			ReadTimeout:  cfg.Timeout,
-			WriteTimeout: cfg.Timeout,
-			Transport: &kafka.Transport{
-				Dial:        (&net.Dialer{Timeout: cfg.Timeout}).DialContext,
-				DialTimeout: cfg.Timeout,
-				IdleTimeout: time.Minute,
-				TLS:         cfg.TLS,
-				SASL:        cfg.SASL,
-				// Ask for this topic by name. From a cache of all topics, one
-				// the user may not write (nor so describe) is simply missing:
-				// reported unknown and retried for ever, instead of refused.
-				MetadataTopics: []string{cfg.Topic},
-			},
-			Logger:      logs.Kafka(log, zap.DebugLevel),
-			ErrorLogger: logs.Kafka(log, zap.WarnLevel),
-		},
+		// The client's Timeout bounds each request, and the broker's wait
+		// for the acks of all in-sync replicas within it. Write sends each
+		// batch once per call and retries what failed itself.
+		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: transport, Timeout: cfg.Timeout},
+		transport: transport,
+		topic:     cfg.Topic,
+		batchSize: cfg.BatchSize,
+		timeout:   cfg.Timeout,
+		log:       log,
+		sampled:   logs.Sampled(log),
+		tails:     map[int]chan struct{}{},
 	}
 }
 
-// Close flushes and closes the connections. A Write after it fails with
-// ErrPermanent.
-func (w *Writer) Close() error { return w.writer.Close() }
+// Close waits for the produce requests under way, those a Write gave up
+// on included, and closes the connections. A Write after it fails with
+// ErrPermanent. It always returns nil.
+func (w *Writer) Close() error {
+	w.state.Lock()
+	w.closed = true
+	w.state.Unlock()
+	w.requests.Wait()
+	w.transport.CloseIdleConnections()
+	return nil
+}
 
 // Topic is the topic w writes: the worker names it when the broker
 // refuses the writes for good (the right its Kafka user lacks).
-func (w *Writer) Topic() string { return w.writer.Topic }
+func (w *Writer) Topic() string { return w.topic }
 
 // MaxMessageBytes is the largest message Write sends, MaxBatchBytes, as
 // kafka-go measures it; Write rejects a larger one (TooLarge).
 func (w *Writer) MaxMessageBytes() int { return MaxBatchBytes }
 
-// sourcePartition sends a message to the partition of its source modulo
-// the partition count; messages without the header go to partition 0.
-type sourcePartition struct{}
-
-func (sourcePartition) Balance(msg kafka.Message, partitions ...int) int {
-	for _, h := range msg.Headers {
+// partitionOf is the output partition of m among n: that of its source
+// modulo n, or 0 for a message without a dedupe-source.
+func partitionOf(m *kafka.Message, n int) int {
+	for _, h := range m.Headers {
 		if h.Key != record.SourceHeader {
 			continue
 		}
-		if s, ok := record.ParseSource(h.Value); ok {
-			return partitions[s.Partition%len(partitions)]
+		if p, ok := record.SourcePartition(h.Value); ok {
+			return p % n
 		}
 	}
-	return partitions[0]
+	return 0
 }

@@ -33,10 +33,10 @@ const writeRounds = 5
 // Write. A produce request holds one partition's batch and the broker
 // writes it or refuses it whole, so when a write partly fails, the failed
 // partitions' batches are sent again and the others not. One exception:
-// when the deadline or ctx ends while a WriteMessages call is under way,
-// kafka-go answers for the whole call with the context's error, so the
-// messages of that call count as not acknowledged (Unacked), those the
-// broker did acknowledge included, and the caller writes them again.
+// when the deadline or ctx ends while a round's produce requests are under
+// way, Write stops waiting for their answers, so the messages of those
+// requests count as not acknowledged (Unacked), those the broker did
+// acknowledge included, and the caller writes them again.
 //
 // A topic refuses a batch for its content (MESSAGE_TOO_LARGE,
 // RECORD_LIST_TOO_LARGE, INVALID_RECORD, INVALID_TIMESTAMP, CORRUPT_MESSAGE)
@@ -63,8 +63,8 @@ const writeRounds = 5
 // A message in Unacked, or one Write retried, may have been written all the
 // same: a broker can answer REQUEST_TIMED_OUT or
 // NOT_ENOUGH_REPLICAS_AFTER_APPEND after it wrote the batch, a connection
-// can be lost with the answer in it, and kafka-go finishes, in the
-// background, a request whose Write was cancelled. Sending it again (Write
+// can be lost with the answer in it, and a produce request whose Write was
+// cancelled is finished in the background. Sending it again (Write
 // in its retries, or the caller) then writes a copy. Write does not change
 // the messages, so a copy carries the same dedupe-source header as the
 // first, and a reader that counts by it counts the message once.
@@ -73,8 +73,8 @@ const writeRounds = 5
 // retried or split: the retried messages then follow ones acknowledged
 // after them.
 //
-// After a cancellation kafka-go may still hold the messages in a request it
-// abandoned, so the caller must not reuse their buffers. Calls from several
+// After a cancellation a produce request Write gave up on may still read
+// the messages, so the caller must not reuse their buffers. Calls from several
 // goroutines are made one at a time.
 func (w *Writer) Write(ctx context.Context, msgs []kafka.Message) error {
 	if len(msgs) == 0 {
@@ -120,9 +120,7 @@ type send struct {
 	// last is the last failure that was retried.
 	last error
 	// corrupt counts, per message, refusals with CORRUPT_MESSAGE alone.
-	corrupt map[int]int
-	// buf holds the messages of one WriteMessages call.
-	buf           []kafka.Message
+	corrupt       map[int]int
 	calls, splits int
 }
 
@@ -182,34 +180,6 @@ func (s *send) round(ctx context.Context) error {
 	return s.last
 }
 
-// call sends the messages at g in one WriteMessages call and returns one
-// answer per message, or ctx's error when ctx ended before the answers
-// came.
-func (s *send) call(ctx context.Context, g []int) ([]error, error) {
-	s.buf = s.buf[:0]
-	for _, i := range g {
-		s.buf = append(s.buf, s.msgs[i])
-	}
-	s.calls++
-	err := s.w.writer.WriteMessages(ctx, s.buf...)
-	answers := make([]error, len(g))
-	var werr kafka.WriteErrors
-	switch {
-	case err == nil:
-	case errors.As(err, &werr) && len(werr) == len(g):
-		copy(answers, werr)
-	case ctx.Err() != nil:
-		return nil, err
-	default:
-		// Refused before anything was sent (the topic's metadata, a message
-		// kafka-go finds too large): the same answer for every message.
-		for k := range answers {
-			answers[k] = err
-		}
-	}
-	return answers, nil
-}
-
 // refusedAlone handles message i refused for its content when sent alone
 // with err: it is rejected, or, for CORRUPT_MESSAGE until corruptTries, put
 // back for the next round, which refusedAlone reports.
@@ -253,7 +223,7 @@ func (s *send) result(ctx context.Context, err error) error {
 		return nil
 	}
 	slices.SortFunc(s.rejected, func(a, b Rejection) int { return a.Index - b.Index })
-	e := &WriteError{Topic: s.w.writer.Topic, Total: len(s.msgs), Rejected: s.rejected, Unacked: unacked}
+	e := &WriteError{Topic: s.w.topic, Total: len(s.msgs), Rejected: s.rejected, Unacked: unacked}
 	if len(unacked) > 0 {
 		cerr := ctx.Err()
 		switch {

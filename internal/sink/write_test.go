@@ -569,10 +569,10 @@ func TestBrokerEnforcesMaxMessageBytes(t *testing.T) {
 	}
 }
 
-// kafka-go refuses, before sending anything, a whole WriteMessages call
-// with a message larger than its BatchBytes. Write rejects such a message
-// without sending it and writes the others in one request; a message of
-// exactly MaxBatchBytes, as kafka-go counts, is sent.
+// A message larger than MaxBatchBytes, as kafka-go counts, would make a
+// record batch the broker refuses. Write rejects such a message without
+// sending it and writes the others in one request; a message of exactly
+// MaxBatchBytes is sent.
 func TestLargerThanTheWriterLimit(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"out": 1})
 	w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second})

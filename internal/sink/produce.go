@@ -1,0 +1,230 @@
+package sink
+
+// One call: the messages of a round, or of a half of a refused batch, sorted
+// by output partition, cut into record batches of at most BatchSize
+// messages and MaxBatchBytes bytes, and sent one produce request per batch.
+// A partition's requests go one at a time, in order; the partitions' go at
+// once. Each message's answer is its batch's.
+
+import (
+	"bytes"
+	"context"
+	"io"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+)
+
+// call sends the messages at g and returns one answer per message, the
+// broker's answer to its batch (nil: acknowledged). Before anything is
+// sent, a closed Writer answers io.ErrClosedPipe for every message, and a
+// topic whose partitions cannot be read the error of its metadata. When
+// ctx ends before every answer came, call returns ctx's error instead of
+// answers; the requests under way go on in the background, until their
+// answer or Config.Timeout, and Close waits for them.
+func (s *send) call(ctx context.Context, g []int) ([]error, error) {
+	s.calls++
+	answers := make([]error, len(g))
+	n, err := s.w.partitions(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		for k := range answers {
+			answers[k] = err
+		}
+		return answers, nil
+	}
+	// The messages sorted by partition, each partition's in the order of g;
+	// pos[j] is the place in g of buf[j]. A request may still read buf after
+	// call gave up on it, so buf is new for each call.
+	buf := make([]kafka.Message, len(g))
+	pos := make([]int, len(g))
+	part := make([]int, len(g))
+	starts := make([]int, n+1) // partition p's messages are buf[starts[p]:starts[p+1]]
+	for k, i := range g {
+		part[k] = partitionOf(&s.msgs[i], n)
+		starts[part[k]+1]++
+	}
+	for p := range n {
+		starts[p+1] += starts[p]
+	}
+	next := append([]int(nil), starts[:n]...)
+	for k, i := range g {
+		j := next[part[k]]
+		next[part[k]]++
+		buf[j], pos[j] = s.msgs[i], k
+	}
+	var reqs []*request
+	for p := range n {
+		if lo, hi := starts[p], starts[p+1]; lo < hi {
+			reqs = append(reqs, &request{partition: p, batches: s.w.batches(buf[lo:hi], lo)})
+		}
+	}
+	if !s.w.start(reqs) {
+		for k := range answers {
+			answers[k] = io.ErrClosedPipe
+		}
+		return answers, nil
+	}
+	finished := make(chan *request, len(reqs))
+	for _, r := range reqs {
+		go s.w.send(r, buf, finished)
+	}
+	for range reqs {
+		select {
+		case r := <-finished:
+			for _, b := range r.batches {
+				for j := b.lo; j < b.hi; j++ {
+					answers[pos[j]] = b.err
+				}
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return answers, nil
+}
+
+// request is what one call sends to one partition: its batches, in order.
+type request struct {
+	partition int
+	batches   []batch
+	// after is closed once the partition's previous requests are answered;
+	// done is closed once this one's are.
+	after, done chan struct{}
+}
+
+// batch is the messages buf[lo:hi] of a call, one produce request, and the
+// broker's answer.
+type batch struct {
+	lo, hi int
+	err    error
+}
+
+// batches cuts msgs, one partition's messages from buf[offset:], into
+// record batches as kafka-go's writer would: a batch takes messages until
+// it holds BatchSize of them or MaxBatchBytes bytes, or the next one would
+// take it over MaxBatchBytes.
+func (w *Writer) batches(msgs []kafka.Message, offset int) []batch {
+	var bs []batch
+	lo, size := 0, 0
+	for i := range msgs {
+		n := messageBytes(&msgs[i])
+		if i > lo && size+n > MaxBatchBytes {
+			bs = append(bs, batch{lo: offset + lo, hi: offset + i})
+			lo, size = i, 0
+		}
+		size += n
+		if i+1-lo >= w.batchSize || size >= MaxBatchBytes {
+			bs = append(bs, batch{lo: offset + lo, hi: offset + i + 1})
+			lo, size = i+1, 0
+		}
+	}
+	if lo < len(msgs) {
+		bs = append(bs, batch{lo: offset + lo, hi: offset + len(msgs)})
+	}
+	return bs
+}
+
+// start queues reqs behind the requests under way to their partitions and
+// counts them, or reports false when w is closed.
+func (w *Writer) start(reqs []*request) bool {
+	w.state.Lock()
+	defer w.state.Unlock()
+	if w.closed {
+		return false
+	}
+	for _, r := range reqs {
+		r.after, r.done = w.tails[r.partition], make(chan struct{})
+		w.tails[r.partition] = r.done
+	}
+	w.requests.Add(len(reqs))
+	return true
+}
+
+// send sends r's batches of buf one after the other, once the partition's
+// previous requests are answered, and hands r to finished.
+func (w *Writer) send(r *request, buf []kafka.Message, finished chan<- *request) {
+	defer w.requests.Done()
+	defer close(r.done)
+	if r.after != nil {
+		<-r.after
+	}
+	for i := range r.batches {
+		b := &r.batches[i]
+		b.err = w.produce(r.partition, buf[b.lo:b.hi])
+	}
+	finished <- r
+}
+
+// produce sends msgs to partition in one produce request, once, and
+// returns the broker's answer. It is not cancelled with the Write that
+// sent it: a request on its way is finished, within Config.Timeout.
+func (w *Writer) produce(partition int, msgs []kafka.Message) error {
+	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+	defer cancel()
+	res, err := w.client.Produce(ctx, &kafka.ProduceRequest{Topic: w.topic, Partition: partition,
+		RequiredAcks: kafka.RequireAll, Records: &records{msgs: msgs}})
+	if err == nil && res != nil {
+		err = res.Error
+	}
+	if err != nil {
+		w.log.Warn("a produce request failed", zap.Int("partition", partition), zap.Int("messages", len(msgs)), zap.Error(err))
+	}
+	return err
+}
+
+// partitions is the number of partitions of the topic, from the
+// transport's metadata cache.
+func (w *Writer) partitions(ctx context.Context) (int, error) {
+	md, err := w.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{w.topic}})
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range md.Topics {
+		if t.Name != w.topic {
+			continue
+		}
+		if t.Error != nil {
+			return 0, t.Error
+		}
+		if len(t.Partitions) == 0 {
+			break
+		}
+		return len(t.Partitions), nil
+	}
+	return 0, kafka.UnknownTopicOrPartition
+}
+
+// records reads messages as the records of a produce request, without
+// copying them.
+type records struct {
+	msgs       []kafka.Message
+	next       int
+	rec        kafka.Record
+	key, value bytesReader
+}
+
+func (r *records) ReadRecord() (*kafka.Record, error) {
+	if r.next >= len(r.msgs) {
+		return nil, io.EOF
+	}
+	m := &r.msgs[r.next]
+	r.next++
+	r.rec = kafka.Record{Time: m.Time, Headers: m.Headers}
+	if m.Key != nil {
+		r.key.Reset(m.Key)
+		r.rec.Key = &r.key
+	}
+	if m.Value != nil {
+		r.value.Reset(m.Value)
+		r.rec.Value = &r.value
+	}
+	return &r.rec, nil
+}
+
+// bytesReader is a record's key or value.
+type bytesReader struct{ bytes.Reader }
+
+func (*bytesReader) Close() error { return nil }
