@@ -35,13 +35,14 @@ func (s *send) call(ctx context.Context, g []int) ([]error, error) {
 		}
 		return answers, nil
 	}
-	// The messages sorted by partition, each partition's in the order of g;
-	// pos[j] is the place in g of buf[j]. A request may still read buf after
-	// call gave up on it, so buf is new for each call.
-	buf := make([]kafka.Message, len(g))
+	// order is the indexes in msgs of the messages at g, sorted by
+	// partition, each partition's in the order of g, and pos[j] the place in
+	// g of order[j]. A request may still read order after call gave up on
+	// it, so it is new for each call.
+	order := make([]int, len(g))
 	pos := make([]int, len(g))
 	part := make([]int, len(g))
-	starts := make([]int, n+1) // partition p's messages are buf[starts[p]:starts[p+1]]
+	starts := make([]int, n+1) // partition p's messages are order[starts[p]:starts[p+1]]
 	for k, i := range g {
 		part[k] = partitionOf(&s.msgs[i], n)
 		starts[part[k]+1]++
@@ -53,12 +54,12 @@ func (s *send) call(ctx context.Context, g []int) ([]error, error) {
 	for k, i := range g {
 		j := next[part[k]]
 		next[part[k]]++
-		buf[j], pos[j] = s.msgs[i], k
+		order[j], pos[j] = i, k
 	}
 	var reqs []*request
 	for p := range n {
 		if lo, hi := starts[p], starts[p+1]; lo < hi {
-			reqs = append(reqs, &request{partition: p, batches: s.w.batches(buf[lo:hi], lo)})
+			reqs = append(reqs, &request{partition: p, batches: s.w.batches(s.msgs, order, lo, hi)})
 		}
 	}
 	if !s.w.start(reqs) {
@@ -69,7 +70,7 @@ func (s *send) call(ctx context.Context, g []int) ([]error, error) {
 	}
 	finished := make(chan *request, len(reqs))
 	for _, r := range reqs {
-		go s.w.send(r, buf, finished)
+		go s.w.send(r, s.msgs, order, finished)
 	}
 	for range reqs {
 		select {
@@ -95,34 +96,34 @@ type request struct {
 	after, done chan struct{}
 }
 
-// batch is the messages buf[lo:hi] of a call, one produce request, and the
-// broker's answer.
+// batch is the messages at order[lo:hi] of a call, one produce request,
+// and the broker's answer.
 type batch struct {
 	lo, hi int
 	err    error
 }
 
-// batches cuts msgs, one partition's messages from buf[offset:], into
+// batches cuts the messages of msgs at order[lo:hi], one partition's, into
 // record batches as kafka-go's writer would: a batch takes messages until
 // it holds BatchSize of them or MaxBatchBytes bytes, or the next one would
 // take it over MaxBatchBytes.
-func (w *Writer) batches(msgs []kafka.Message, offset int) []batch {
+func (w *Writer) batches(msgs []kafka.Message, order []int, lo, hi int) []batch {
 	var bs []batch
-	lo, size := 0, 0
-	for i := range msgs {
-		n := messageBytes(&msgs[i])
-		if i > lo && size+n > MaxBatchBytes {
-			bs = append(bs, batch{lo: offset + lo, hi: offset + i})
-			lo, size = i, 0
+	first, size := lo, 0
+	for j := lo; j < hi; j++ {
+		n := messageBytes(&msgs[order[j]])
+		if j > first && size+n > MaxBatchBytes {
+			bs = append(bs, batch{lo: first, hi: j})
+			first, size = j, 0
 		}
 		size += n
-		if i+1-lo >= w.batchSize || size >= MaxBatchBytes {
-			bs = append(bs, batch{lo: offset + lo, hi: offset + i + 1})
-			lo, size = i+1, 0
+		if j+1-first >= w.batchSize || size >= MaxBatchBytes {
+			bs = append(bs, batch{lo: first, hi: j + 1})
+			first, size = j+1, 0
 		}
 	}
-	if lo < len(msgs) {
-		bs = append(bs, batch{lo: offset + lo, hi: offset + len(msgs)})
+	if first < hi {
+		bs = append(bs, batch{lo: first, hi: hi})
 	}
 	return bs
 }
@@ -143,9 +144,9 @@ func (w *Writer) start(reqs []*request) bool {
 	return true
 }
 
-// send sends r's batches of buf one after the other, once the partition's
-// previous requests are answered, and hands r to finished.
-func (w *Writer) send(r *request, buf []kafka.Message, finished chan<- *request) {
+// send sends r's batches of msgs one after the other, once the
+// partition's previous requests are answered, and hands r to finished.
+func (w *Writer) send(r *request, msgs []kafka.Message, order []int, finished chan<- *request) {
 	defer w.requests.Done()
 	defer close(r.done)
 	if r.after != nil {
@@ -153,24 +154,24 @@ func (w *Writer) send(r *request, buf []kafka.Message, finished chan<- *request)
 	}
 	for i := range r.batches {
 		b := &r.batches[i]
-		b.err = w.produce(r.partition, buf[b.lo:b.hi])
+		b.err = w.produce(r.partition, &records{msgs: msgs, order: order[b.lo:b.hi]})
 	}
 	finished <- r
 }
 
-// produce sends msgs to partition in one produce request, once, and
+// produce sends recs to partition in one produce request, once, and
 // returns the broker's answer. It is not cancelled with the Write that
 // sent it: a request on its way is finished, within Config.Timeout.
-func (w *Writer) produce(partition int, msgs []kafka.Message) error {
+func (w *Writer) produce(partition int, recs *records) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
 	res, err := w.client.Produce(ctx, &kafka.ProduceRequest{Topic: w.topic, Partition: partition,
-		RequiredAcks: kafka.RequireAll, Records: &records{msgs: msgs}})
+		RequiredAcks: kafka.RequireAll, Records: recs})
 	if err == nil && res != nil {
 		err = res.Error
 	}
 	if err != nil {
-		w.log.Warn("a produce request failed", zap.Int("partition", partition), zap.Int("messages", len(msgs)), zap.Error(err))
+		w.log.Warn("a produce request failed", zap.Int("partition", partition), zap.Int("messages", len(recs.order)), zap.Error(err))
 	}
 	return err
 }
@@ -197,20 +198,21 @@ func (w *Writer) partitions(ctx context.Context) (int, error) {
 	return 0, kafka.UnknownTopicOrPartition
 }
 
-// records reads messages as the records of a produce request, without
-// copying them.
+// records reads the messages of msgs at order as the records of a
+// produce request, without copying them.
 type records struct {
 	msgs       []kafka.Message
+	order      []int
 	next       int
 	rec        kafka.Record
 	key, value bytesReader
 }
 
 func (r *records) ReadRecord() (*kafka.Record, error) {
-	if r.next >= len(r.msgs) {
+	if r.next >= len(r.order) {
 		return nil, io.EOF
 	}
-	m := &r.msgs[r.next]
+	m := &r.msgs[r.order[r.next]]
 	r.next++
 	r.rec = kafka.Record{Time: m.Time, Headers: m.Headers}
 	if m.Key != nil {
