@@ -27,19 +27,17 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 	elems, idx, dead := b.elems[:0], b.idx[:0], b.dead[:0]
 	// After a rebalance or a re-fetch kafka-go can deliver an offset twice
 	// in one batch; the copy is decided once (and committed with the rest).
-	seen := b.seen
-	clear(seen)
+	offsets := &b.offsets
+	offsets.reset()
 	// Composite and value IDs are made in the header blocks, which live
 	// as long as the batch's messages.
 	headers := &b.headers
 	headers.reset()
 	for i := range batch {
 		m := &batch[i]
-		k := [2]int64{int64(m.Partition), m.Offset}
-		if _, dup := seen[k]; dup {
+		if !offsets.first(batch, i) {
 			continue
 		}
-		seen[k] = struct{}{}
 		if size := messageBytes(m); size > w.maxMessageBytes {
 			// It could be produced neither forward nor as a dead letter, and
 			// would stop the partition: dead-letter it without its value.
@@ -131,6 +129,67 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 			zap.Stringer("first", e.Source), zap.Time("first_event_time", e.Time), zap.Duration("first_lag", now.Sub(e.Time)))
 	}
 	return nil
+}
+
+// batchOffsets finds the offsets a batch holds more than once. A
+// partition's offsets come in ascending order unless kafka-go fetched
+// again, so while they do, the highest offset per partition tells that an
+// offset is new; from the first that does not on, every offset is noted in
+// a set.
+type batchOffsets struct {
+	// highest is each partition's highest offset so far, while they ascend.
+	highest []partitionOffset
+	// seen holds the batch's offsets once one did not ascend (any is set).
+	seen map[[2]int64]struct{}
+	any  bool
+}
+
+type partitionOffset struct {
+	partition int
+	offset    int64
+}
+
+// reset readies o for a new batch.
+func (o *batchOffsets) reset() {
+	o.highest = o.highest[:0]
+	if o.any {
+		clear(o.seen)
+		o.any = false
+	}
+}
+
+// first reports whether batch[i] is the first message of the batch with
+// its partition and offset; batch[:i] went through first before it.
+func (o *batchOffsets) first(batch []kafka.Message, i int) bool {
+	m := &batch[i]
+	if !o.any {
+		h := len(o.highest) - 1 // a batch holds a few partitions, mostly in runs
+		for h >= 0 && o.highest[h].partition != m.Partition {
+			h--
+		}
+		switch {
+		case h < 0:
+			o.highest = append(o.highest, partitionOffset{m.Partition, m.Offset})
+			return true
+		case m.Offset > o.highest[h].offset:
+			o.highest[h].offset = m.Offset
+			return true
+		}
+		// The first offset that does not ascend: batch[:i] are all new.
+		o.any = true
+		if o.seen == nil {
+			o.seen = make(map[[2]int64]struct{}, len(batch))
+		}
+		for j := range batch[:i] {
+			o.seen[[2]int64{int64(batch[j].Partition), batch[j].Offset}] = struct{}{}
+		}
+	}
+	k := [2]int64{int64(m.Partition), m.Offset}
+	if _, dup := o.seen[k]; dup {
+		return false
+	}
+	o.seen[k] = struct{}{}
+	return true
 }
 
 // partitionCount counts a batch's verdicts of one input partition, by

@@ -81,7 +81,7 @@ type buffers struct {
 	idx     []int
 	out     []kafka.Message
 	dead    []kafka.Message
-	seen    map[[2]int64]struct{}
+	offsets batchOffsets
 	headers headerBuf
 	last    []kafka.Message // per partition, the message to commit
 	// retried is set when a write of the batch failed. kafka-go may still

@@ -99,8 +99,7 @@ func New(cfg Config, filter Filter, out, dlq Producer) (*Worker, error) {
 	w.bufs.New = func() any {
 		n := cfg.BatchSize
 		return &buffers{batch: make([]kafka.Message, 0, n), fetched: make([]time.Time, 0, n),
-			elems: make([]bloom.Element, 0, n), idx: make([]int, 0, n), out: make([]kafka.Message, 0, n),
-			seen: make(map[[2]int64]struct{}, n)}
+			elems: make([]bloom.Element, 0, n), idx: make([]int, 0, n), out: make([]kafka.Message, 0, n)}
 	}
 	return w, nil
 }
