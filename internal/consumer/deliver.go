@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -174,18 +173,28 @@ var ErrDeadLetterRefused = errors.New("the dead-letter topic refused dead letter
 // commitBackoff spaces the three tries of a commit.
 var commitBackoff = retry.Backoff{First: 100 * time.Millisecond, Max: 200 * time.Millisecond}
 
-// highest appends to into, per partition of batch, the message with the
-// highest offset.
+// highest appends to into, per partition of batch in the order they first
+// appear, the message with the highest offset.
 func highest(batch []kafka.Message, into []kafka.Message) []kafka.Message {
+	// at is the index in batch of each partition's highest so far: a batch
+	// holds a few partitions, mostly in runs, and a message is copied once.
+	var atBuf [16]int
+	at := atBuf[:0]
 	for i := range batch {
 		m := &batch[i]
-		k := slices.IndexFunc(into, func(x kafka.Message) bool { return x.Partition == m.Partition })
+		k := len(at) - 1
+		for k >= 0 && batch[at[k]].Partition != m.Partition {
+			k--
+		}
 		switch {
 		case k < 0:
-			into = append(into, *m)
-		case m.Offset > into[k].Offset:
-			into[k] = *m
+			at = append(at, i)
+		case m.Offset > batch[at[k]].Offset:
+			at[k] = i
 		}
+	}
+	for _, i := range at {
+		into = append(into, batch[i])
 	}
 	return into
 }

@@ -58,8 +58,14 @@ func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafk
 			continue
 		}
 		errs = 0
-		w.fetching.Store(true)
-		w.joined.Store(true) // a message is proof of membership
+		// Stored only when they change: a load costs less than a store
+		// per message.
+		if !w.fetching.Load() {
+			w.fetching.Store(true)
+		}
+		if !w.joined.Load() {
+			w.joined.Store(true) // a message is proof of membership
+		}
 		now := time.Now()
 		if len(batch) == 0 {
 			linger = time.AfterFunc(w.cfg.BatchLinger, cancel)
