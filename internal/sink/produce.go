@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"slices"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
@@ -101,7 +102,10 @@ type request struct {
 // and the broker's answer.
 type batch struct {
 	lo, hi int
-	err    error
+	// bytes is the messages' size as messageBytes counts it, about what
+	// their records take.
+	bytes int
+	err   error
 }
 
 // batches cuts the messages of msgs at order[lo:hi], one partition's, into
@@ -114,17 +118,17 @@ func (w *Writer) batches(msgs []kafka.Message, order []int, lo, hi int) []batch 
 	for j := lo; j < hi; j++ {
 		n := messageBytes(&msgs[order[j]])
 		if j > first && size+n > MaxBatchBytes {
-			bs = append(bs, batch{lo: first, hi: j})
+			bs = append(bs, batch{lo: first, hi: j, bytes: size})
 			first, size = j, 0
 		}
 		size += n
 		if j+1-first >= w.batchSize || size >= MaxBatchBytes {
-			bs = append(bs, batch{lo: first, hi: j + 1})
+			bs = append(bs, batch{lo: first, hi: j + 1, bytes: size})
 			first, size = j+1, 0
 		}
 	}
 	if first < hi {
-		bs = append(bs, batch{lo: first, hi: hi})
+		bs = append(bs, batch{lo: first, hi: hi, bytes: size})
 	}
 	return bs
 }
@@ -155,21 +159,23 @@ func (w *Writer) send(r *request, msgs []kafka.Message, order []int, finished ch
 	}
 	for i := range r.batches {
 		b := &r.batches[i]
-		b.err = w.produce(r.partition, msgs, order[b.lo:b.hi])
+		b.err = w.produce(r.partition, msgs, order[b.lo:b.hi], b.bytes)
 	}
 	finished <- r
 }
 
-// produce sends the messages of msgs at order to partition in one produce
-// request, once, and returns the broker's answer. It is not cancelled with
-// the Write that sent it: a request on its way is finished, within
-// Config.Timeout.
-func (w *Writer) produce(partition int, msgs []kafka.Message, order []int) error {
+// produce sends the messages of msgs at order, of size bytes
+// (messageBytes), to partition in one produce request, once, and returns
+// the broker's answer. It is not cancelled with the Write that sent it: a
+// request on its way is finished, within Config.Timeout.
+func (w *Writer) produce(partition int, msgs []kafka.Message, order []int, size int) error {
 	buf, _ := w.sets.Get().(*[]byte)
 	if buf == nil {
 		buf = new([]byte)
 	}
-	*buf = appendRecordSet((*buf)[:0], msgs, order, nowMillis())
+	// Room for the set's size, the batch's header and records about as
+	// large as messageBytes counts them: append grows it if they are not.
+	*buf = appendRecordSet(slices.Grow((*buf)[:0], 65+size), msgs, order, nowMillis())
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
 	res, err := w.client.RawProduce(ctx, &kafka.RawProduceRequest{Topic: w.topic, Partition: partition,

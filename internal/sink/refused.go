@@ -198,13 +198,14 @@ const corruptTries = 3
 
 // classify sorts an answer from kafka-go into an outcome.
 func classify(err error) outcome {
-	var code kafka.Error
 	switch {
 	case err == nil:
 		return acked
 	case errors.Is(err, io.ErrClosedPipe): // the Writer is closed
 		return permanent
-	case !errors.As(err, &code):
+	}
+	code, ok := errors.AsType[kafka.Error](err)
+	if !ok {
 		// A lost connection, a time-out, a context ended: the network's.
 		return retryable
 	}
