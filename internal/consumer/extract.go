@@ -49,7 +49,8 @@ type Extractor struct {
 	timePath   string // gjson path of the event time; empty: timeHeader
 	timeHeader string // header of the event time; empty: the timestamp
 	// fields are the field names of the ID's paths then the time's, when
-	// each is one top-level field: they are read in one pass (topLevel).
+	// each is one top-level field: they are read in the pass that checks
+	// the value (scanObject).
 	fields []string
 }
 
@@ -149,12 +150,11 @@ func (e *Extractor) extract(m *kafka.Message, ids *headerBuf) ([]byte, time.Time
 		if len(m.Value) > MaxJSONDepth && depthExceeds(m.Value, MaxJSONDepth) {
 			return nil, time.Time{}, ErrTooDeep
 		}
-		if !gjson.ValidBytes(m.Value) {
-			return nil, time.Time{}, ErrNotJSON
-		}
 		// The ID's fields, then the time's if it is a JSON field.
 		var fields [MaxIDParts + 1]gjson.Result
-		e.lookup(m.Value, fields[:])
+		if !e.lookup(m.Value, fields[:]) {
+			return nil, time.Time{}, ErrNotJSON
+		}
 		var err error
 		if len(e.idPaths) == 1 {
 			id, err = jsonID(m.Value, fields[0])
@@ -204,12 +204,16 @@ func (e *Extractor) extract(m *kafka.Message, ids *headerBuf) ([]byte, time.Time
 	return id, t, nil
 }
 
-// lookup reads into fields, from valid JSON v, the ID's fields then the
-// time's, if it is a JSON field: in one pass when each is a top-level
-// field, else one gjson.Get per path.
-func (e *Extractor) lookup(v []byte, fields []gjson.Result) {
-	if e.fields != nil && topLevel(view(v), e.fields, fields[:len(e.fields)]) {
-		return
+// lookup checks that v is valid JSON, or reports false, and reads into
+// fields the ID's fields then the time's, if it is a JSON field: in one
+// pass when v is an object and each field a top-level one (scanObject),
+// else gjson.Valid then one gjson.Get per path.
+func (e *Extractor) lookup(v []byte, fields []gjson.Result) bool {
+	if e.fields != nil && scanObject(view(v), e.fields, fields[:len(e.fields)]) {
+		return true
+	}
+	if !gjson.ValidBytes(v) {
+		return false
 	}
 	for i, p := range e.idPaths {
 		fields[i] = gjson.Get(view(v), p)
@@ -217,6 +221,7 @@ func (e *Extractor) lookup(v []byte, fields []gjson.Result) {
 	if e.timePath != "" {
 		fields[len(e.idPaths)] = gjson.Get(view(v), e.timePath)
 	}
+	return true
 }
 
 // jsonID reads the ID from r, a field of valid JSON v: a string's content
