@@ -48,10 +48,6 @@ type Extractor struct {
 	partErrs   []partErrors
 	timePath   string // gjson path of the event time; empty: timeHeader
 	timeHeader string // header of the event time; empty: the timestamp
-	// fields are the field names of the ID's paths then the time's, when
-	// each is one top-level field: they are read in the pass that checks
-	// the value (scanObject).
-	fields []string
 }
 
 // partErrors are the dead-letter errors of one part of a composite ID,
@@ -99,27 +95,7 @@ func NewExtractor(src IDSource, timeField, timeHeader string) (*Extractor, error
 		}
 		e.timePath = gjsonPath(p)
 	}
-	if src.Kind == JSONID {
-		e.fields = topLevelFields(src.Paths, timeField)
-	}
 	return e, nil
-}
-
-// topLevelFields are the field names of paths, then of the time field's
-// path if timeField is set, or nil when one of them is not a single field.
-func topLevelFields(paths [][]string, timeField string) []string {
-	if timeField != "" {
-		p, _ := ParsePath(timeField) // checked by the caller
-		paths = append(paths[:len(paths):len(paths)], p)
-	}
-	var fields []string
-	for _, p := range paths {
-		if len(p) != 1 {
-			return nil
-		}
-		fields = append(fields, p[0])
-	}
-	return fields
 }
 
 // Source is where the Extractor reads the ID.
@@ -150,26 +126,17 @@ func (e *Extractor) extract(m *kafka.Message, ids *headerBuf) ([]byte, time.Time
 		if len(m.Value) > MaxJSONDepth && depthExceeds(m.Value, MaxJSONDepth) {
 			return nil, time.Time{}, ErrTooDeep
 		}
-		// The ID's fields, then the time's if it is a JSON field.
-		var fields [MaxIDParts + 1]gjson.Result
-		if !e.lookup(m.Value, fields[:]) {
+		if !gjson.ValidBytes(m.Value) {
 			return nil, time.Time{}, ErrNotJSON
 		}
 		var err error
 		if len(e.idPaths) == 1 {
-			id, err = jsonID(m.Value, fields[0])
+			id, err = jsonID(m.Value, e.idPaths[0])
 		} else {
-			id, err = e.compositeID(fields[:len(e.idPaths)], ids)
+			id, err = e.compositeID(m.Value, ids)
 		}
 		if err != nil {
 			return nil, time.Time{}, err
-		}
-		if e.timePath != "" {
-			t, err := jsonTime(fields[len(e.idPaths)])
-			if err != nil {
-				return nil, time.Time{}, err
-			}
-			return id, t, nil
 		}
 	case KeyID:
 		// kafka-go reads a null key and an empty one alike, as nil.
@@ -204,30 +171,11 @@ func (e *Extractor) extract(m *kafka.Message, ids *headerBuf) ([]byte, time.Time
 	return id, t, nil
 }
 
-// lookup checks that v is valid JSON, or reports false, and reads into
-// fields the ID's fields then the time's, if it is a JSON field: in one
-// pass when v is an object and each field a top-level one (scanObject),
-// else gjson.Valid then one gjson.Get per path.
-func (e *Extractor) lookup(v []byte, fields []gjson.Result) bool {
-	if e.fields != nil && scanObject(view(v), e.fields, fields[:len(e.fields)]) {
-		return true
-	}
-	if !gjson.ValidBytes(v) {
-		return false
-	}
-	for i, p := range e.idPaths {
-		fields[i] = gjson.Get(view(v), p)
-	}
-	if e.timePath != "" {
-		fields[len(e.idPaths)] = gjson.Get(view(v), e.timePath)
-	}
-	return true
-}
-
-// jsonID reads the ID from r, a field of valid JSON v: a string's content
-// or a number's text, aliasing v when it can.
-func jsonID(v []byte, r gjson.Result) ([]byte, error) {
+// jsonID reads the ID at gjson path p of valid JSON v: a string's
+// content or a number's text, aliasing v when it can.
+func jsonID(v []byte, p string) ([]byte, error) {
 	var id []byte
+	r := gjson.Get(view(v), p)
 	switch r.Type {
 	case gjson.String:
 		if !utf8.ValidString(r.Str) {
@@ -256,12 +204,13 @@ func jsonID(v []byte, r gjson.Result) ([]byte, error) {
 	return id, nil
 }
 
-// compositeID reads each field of a composite ID from fields, one per
-// path, as jsonID reads one, and encodes them (AppendCompositeID) in ids.
-func (e *Extractor) compositeID(fields []gjson.Result, ids *headerBuf) ([]byte, error) {
+// compositeID reads each field of a composite ID from valid JSON v, as
+// jsonID reads one, and encodes them (AppendCompositeID) in ids.
+func (e *Extractor) compositeID(v []byte, ids *headerBuf) ([]byte, error) {
 	var parts [MaxIDParts]string
 	n := 0
-	for i, r := range fields {
+	for i, p := range e.idPaths {
+		r := gjson.Get(view(v), p)
 		switch r.Type {
 		case gjson.String:
 			if !utf8.ValidString(r.Str) {
@@ -290,25 +239,21 @@ func (e *Extractor) compositeID(fields []gjson.Result, ids *headerBuf) ([]byte, 
 	return id, nil
 }
 
-// jsonTime reads the event time from r, its JSON field.
-func jsonTime(r gjson.Result) (time.Time, error) {
-	switch r.Type {
-	case gjson.Number:
-		return unixTime(r.Raw)
-	case gjson.String:
-		return ParseEventTime(r.Str)
-	case gjson.Null:
-		if !r.Exists() {
-			return time.Time{}, ErrNoTime
-		}
-	}
-	return time.Time{}, ErrBadTime
-}
-
-// eventTime reads the event time of a message whose time is not a JSON
-// field: from its header, or its timestamp.
 func (e *Extractor) eventTime(m *kafka.Message) (time.Time, error) {
 	switch {
+	case e.timePath != "":
+		r := gjson.Get(view(m.Value), e.timePath)
+		switch r.Type {
+		case gjson.Number:
+			return unixTime(r.Raw)
+		case gjson.String:
+			return ParseEventTime(r.Str)
+		case gjson.Null:
+			if !r.Exists() {
+				return time.Time{}, ErrNoTime
+			}
+		}
+		return time.Time{}, ErrBadTime
 	case e.timeHeader != "":
 		for _, h := range m.Headers {
 			if h.Key == e.timeHeader {
