@@ -10,10 +10,8 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"slices"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
 	"go.uber.org/zap"
 )
 
@@ -159,38 +157,26 @@ func (w *Writer) send(r *request, msgs []kafka.Message, order []int, finished ch
 	}
 	for i := range r.batches {
 		b := &r.batches[i]
-		b.err = w.produce(r.partition, msgs, order[b.lo:b.hi], b.bytes)
+		b.err = w.produce(r.partition, &records{msgs: msgs, order: order[b.lo:b.hi]})
 	}
 	finished <- r
 }
 
-// produce sends the messages of msgs at order, of size bytes
-// (messageBytes), to partition in one produce request, once, and returns
-// the broker's answer. It is not cancelled with the Write that sent it: a
-// request on its way is finished, within Config.Timeout.
-func (w *Writer) produce(partition int, msgs []kafka.Message, order []int, size int) error {
-	buf, _ := w.sets.Get().(*[]byte)
-	if buf == nil {
-		buf = new([]byte)
-	}
-	// Room for the set's size, the batch's header and records about as
-	// large as messageBytes counts them: append grows it if they are not.
-	*buf = appendRecordSet(slices.Grow((*buf)[:0], 65+size), msgs, order, nowMillis())
+// produce sends recs to partition in one produce request, once, and
+// returns the broker's answer. It is not cancelled with the Write that
+// sent it: a request on its way is finished, within Config.Timeout.
+func (w *Writer) produce(partition int, recs *records) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
-	res, err := w.client.RawProduce(ctx, &kafka.RawProduceRequest{Topic: w.topic, Partition: partition,
-		RequiredAcks: kafka.RequireAll, RawRecords: protocol.RawRecordSet{Reader: bytes.NewReader(*buf)}})
+	res, err := w.client.Produce(ctx, &kafka.ProduceRequest{Topic: w.topic, Partition: partition,
+		RequiredAcks: kafka.RequireAll, Records: recs})
 	if err == nil && res != nil {
 		err = res.Error
 	}
 	if err != nil {
-		// The transport may still be writing the request: its bytes are
-		// not reused.
-		w.log.Warn("a produce request failed", zap.Int("partition", partition), zap.Int("messages", len(order)), zap.Error(err))
-		return err
+		w.log.Warn("a produce request failed", zap.Int("partition", partition), zap.Int("messages", len(recs.order)), zap.Error(err))
 	}
-	w.sets.Put(buf)
-	return nil
+	return err
 }
 
 // partitions is the number of partitions of the topic, from the
@@ -214,3 +200,36 @@ func (w *Writer) partitions(ctx context.Context) (int, error) {
 	}
 	return 0, kafka.UnknownTopicOrPartition
 }
+
+// records reads the messages of msgs at order as the records of a
+// produce request, without copying them.
+type records struct {
+	msgs       []kafka.Message
+	order      []int
+	next       int
+	rec        kafka.Record
+	key, value bytesReader
+}
+
+func (r *records) ReadRecord() (*kafka.Record, error) {
+	if r.next >= len(r.order) {
+		return nil, io.EOF
+	}
+	m := &r.msgs[r.order[r.next]]
+	r.next++
+	r.rec = kafka.Record{Time: m.Time, Headers: m.Headers}
+	if m.Key != nil {
+		r.key.Reset(m.Key)
+		r.rec.Key = &r.key
+	}
+	if m.Value != nil {
+		r.value.Reset(m.Value)
+		r.rec.Value = &r.value
+	}
+	return &r.rec, nil
+}
+
+// bytesReader is a record's key or value.
+type bytesReader struct{ bytes.Reader }
+
+func (*bytesReader) Close() error { return nil }

@@ -73,10 +73,6 @@ type Writer struct {
 	// state guards closed and tails.
 	state  sync.Mutex
 	closed bool
-	// sets holds encoded record sets (*[]byte) for reuse by the next
-	// requests: only those of requests answered, which no one reads any
-	// more.
-	sets sync.Pool
 	// tails holds, per output partition, a channel closed once the last
 	// request sent to it has its answer: the next one waits for it, so a
 	// partition's requests go one at a time and in order, also after a
