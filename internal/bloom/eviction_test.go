@@ -228,8 +228,19 @@ func junkKeys(t testing.TB, c *redis.Client) []string {
 func TestMaintenanceRetriesOutOfMemory(t *testing.T) {
 	srv := testenv.Redis(t, "--maxmemory-policy", "noeviction", "--maxmemory", "6mb")
 	c := testenv.RedisClient(t, srv)
-	now := testenv.Now()
+	// The clock is in the last seconds of its 10-minute bucket, so that the
+	// next bucket starts within the preallocation lead and the maintenance
+	// makes it; a few minutes ahead of Redis's clock at most, which the
+	// keys' expiries (a window and more after the bucket ends) allow.
+	const length = 10 * time.Minute
+	now := testenv.Now().Truncate(length).Add(length - 5*time.Second)
 	f := growingFilter(t, c, now, 1000, 1e-6, 4)
+	if f.Window().Length != length {
+		t.Fatalf("the filter's window is %v, want %v", f.Window().Length, length)
+	}
+	if ahead := f.Window().Start(f.Window().Bucket(now) + 1).Sub(now); ahead > f.PreallocateLead() {
+		t.Fatalf("the next bucket starts %v after the clock, beyond the lead %v", ahead, f.PreallocateLead())
+	}
 	if err := f.Preallocate(t.Context(), now); err != nil {
 		t.Fatal(err)
 	}
