@@ -100,10 +100,7 @@ type request struct {
 // and the broker's answer.
 type batch struct {
 	lo, hi int
-	// bytes is the messages' size as messageBytes counts it, about what
-	// their records take.
-	bytes int
-	err   error
+	err    error
 }
 
 // batches cuts the messages of msgs at order[lo:hi], one partition's, into
@@ -116,17 +113,17 @@ func (w *Writer) batches(msgs []kafka.Message, order []int, lo, hi int) []batch 
 	for j := lo; j < hi; j++ {
 		n := messageBytes(&msgs[order[j]])
 		if j > first && size+n > MaxBatchBytes {
-			bs = append(bs, batch{lo: first, hi: j, bytes: size})
+			bs = append(bs, batch{lo: first, hi: j})
 			first, size = j, 0
 		}
 		size += n
 		if j+1-first >= w.batchSize || size >= MaxBatchBytes {
-			bs = append(bs, batch{lo: first, hi: j + 1, bytes: size})
+			bs = append(bs, batch{lo: first, hi: j + 1})
 			first, size = j+1, 0
 		}
 	}
 	if first < hi {
-		bs = append(bs, batch{lo: first, hi: hi, bytes: size})
+		bs = append(bs, batch{lo: first, hi: hi})
 	}
 	return bs
 }
