@@ -231,11 +231,12 @@ func (f *Filter) maintainSlow(ctx context.Context, now time.Time, g *Gauges, war
 		g.failed.WithLabelValues(stepPreallocate).Inc()
 		log.Warn("preallocating the current window; trying again at the next pass", zap.Error(err))
 	}
-	// The bucket that starts within the lead: the next one shortly before
-	// it starts, else the current one again (which exists: no call).
-	if err := f.Preallocate(ctx, now.Add(f.PreallocateLead())); err != nil && ctx.Err() == nil {
-		g.failed.WithLabelValues(stepPreallocate).Inc()
-		log.Warn("preallocating the next window; trying again at the next pass", zap.Error(err))
+	// The next bucket, once it starts within the lead.
+	if ahead := now.Add(f.PreallocateLead()); f.cfg.Window.Bucket(ahead) != f.cfg.Window.Bucket(now) {
+		if err := f.Preallocate(ctx, ahead); err != nil && ctx.Err() == nil {
+			g.failed.WithLabelValues(stepPreallocate).Inc()
+			log.Warn("preallocating the next window; trying again at the next pass", zap.Error(err))
+		}
 	}
 	st, err := f.Stats(ctx, now)
 	if err != nil {
