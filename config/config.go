@@ -106,6 +106,16 @@ type Config struct {
 	// factor: past it the window only tests new IDs. 1 turns growth off.
 	// Default: 64.
 	MaxGrowth float64 `envconfig:"MAX_GROWTH" default:"64"`
+	// MemoryFactor is the most memory per ID the filter's layout may take,
+	// as a multiple of a classic Bloom filter's at the same rate: within
+	// it the planner takes the layout with the least Redis work per ID.
+	// Default: bloom.DefaultMemoryFactor, 1.5; from 1 to
+	// bloom.MaxMemoryFactor, 4.
+	MemoryFactor float64 `envconfig:"MEMORY_FACTOR"`
+	// Layout, words x bits per word (4x4), replaces the planner's choice:
+	// the layout an earlier version chose keeps its keys. Default: empty,
+	// the planner's choice.
+	Layout string `envconfig:"LAYOUT"`
 	// Shards is the least number of keys per window; more spread a window
 	// over the masters of a Redis Cluster. Default: 1.
 	Shards int `envconfig:"SHARDS" default:"1"`
@@ -238,6 +248,7 @@ func Defaults() Config {
 	c.KafkaTimeout = consumer.DefaultKafkaTimeout
 	c.KafkaSessionTimeout = consumer.DefaultSessionTimeout
 	c.RedisTimeout = bloom.DefaultCallTimeout
+	c.MemoryFactor = bloom.DefaultMemoryFactor
 	return c
 }
 

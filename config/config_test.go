@@ -113,6 +113,9 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{"DEDUPE_SHARDS", "-2"},
 		{"DEDUPE_MAX_GROWTH", "0.5"},
 		{"DEDUPE_MAX_GROWTH", "huge"},
+		{"DEDUPE_MEMORY_FACTOR", "0.9"},
+		{"DEDUPE_LAYOUT", "4x"},
+		{"DEDUPE_LAYOUT", "9x4"},
 		{"DEDUPE_MAX_LAG", "-1h"},
 		{"DEDUPE_MAX_LAG", "1500ms"},
 		{"DEDUPE_MAX_LAG", "745h"},
@@ -312,7 +315,8 @@ func TestREADMETableMatchesStruct(t *testing.T) {
 
 // libraryOwned are the fields whose default a library owns: they have no
 // default tag, and Defaults takes the library's constant.
-var libraryOwned = map[string]bool{"BatchSize": true, "BatchLinger": true, "KafkaTimeout": true, "KafkaSessionTimeout": true, "RedisTimeout": true}
+var libraryOwned = map[string]bool{"BatchSize": true, "BatchLinger": true, "KafkaTimeout": true, "KafkaSessionTimeout": true, "RedisTimeout": true,
+	"MemoryFactor": true}
 
 // defaultText is a default as the README and the variables write it.
 func defaultText(v reflect.Value) string {
@@ -329,7 +333,7 @@ func TestLibraryDefaults(t *testing.T) {
 	d := Defaults()
 	if d.BatchSize != consumer.DefaultBatchSize || d.BatchLinger != consumer.DefaultBatchLinger ||
 		d.KafkaTimeout != consumer.DefaultKafkaTimeout || d.KafkaSessionTimeout != consumer.DefaultSessionTimeout ||
-		d.RedisTimeout != bloom.DefaultCallTimeout {
+		d.RedisTimeout != bloom.DefaultCallTimeout || d.MemoryFactor != bloom.DefaultMemoryFactor {
 		t.Errorf("Defaults: batch %d, linger %v, Kafka timeout %v, session %v, Redis timeout %v; want the libraries'", d.BatchSize, d.BatchLinger,
 			d.KafkaTimeout, d.KafkaSessionTimeout, d.RedisTimeout)
 	}
@@ -392,6 +396,7 @@ func TestLibraryLimits(t *testing.T) {
 		{"EXPECTED_PER_WINDOW", fmt.Sprint(int64(bloom.MaxElements)), fmt.Sprint(int64(bloom.MaxElements) + 1), "want 1 to 1e+12"},
 		{"FALSE_POSITIVE_RATE", fmt.Sprint(bloom.MinFPR), fmt.Sprint(bloom.MinFPR * 0.9), "at least 1e-12"},
 		{"MAX_GROWTH", fmt.Sprint(bloom.MaxGrowthFactor), fmt.Sprint(bloom.MaxGrowthFactor + 1), fmt.Sprintf("to %d", bloom.MaxGrowthFactor)},
+		{"MEMORY_FACTOR", fmt.Sprint(bloom.MaxMemoryFactor), fmt.Sprint(bloom.MaxMemoryFactor + 0.5), fmt.Sprintf("to %d", bloom.MaxMemoryFactor)},
 		{"SHARDS", fmt.Sprint(bloom.MaxShards), fmt.Sprint(bloom.MaxShards + 1), fmt.Sprintf("want 1 to %d", bloom.MaxShards)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -63,6 +63,8 @@ func (c Config) Validate() error {
 		return bad("FALSE_POSITIVE_RATE", "%g: want at least %g and less than 1", c.FalsePositiveRate, bloom.MinFPR)
 	case !(c.MaxGrowth >= 1 && c.MaxGrowth <= bloom.MaxGrowthFactor):
 		return bad("MAX_GROWTH", "%g: want 1 (no growth) to %d", c.MaxGrowth, bloom.MaxGrowthFactor)
+	case !(c.MemoryFactor >= 1 && c.MemoryFactor <= bloom.MaxMemoryFactor):
+		return bad("MEMORY_FACTOR", "%g: want 1 to %d", c.MemoryFactor, bloom.MaxMemoryFactor)
 	case c.Shards < 1 || c.Shards > bloom.MaxShards:
 		return bad("SHARDS", "%d: want 1 to %d", c.Shards, bloom.MaxShards)
 	case c.BatchSize < 1 || c.BatchSize > consumer.MaxBatchSize:
@@ -121,7 +123,24 @@ func (c Config) Validate() error {
 	if c.Mode != ModeDrop && c.Mode != ModeShadow {
 		return bad("MODE", "%q: want %s or %s", c.Mode, ModeDrop, ModeShadow)
 	}
+	if _, err := c.PlanOptions(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// PlanOptions are the options of the filter's plan (bloom.NewPlan): the
+// shards, the growth cap, the memory factor and the layout, if set.
+func (c Config) PlanOptions() (bloom.PlanOptions, error) {
+	opt := bloom.PlanOptions{MinShards: c.Shards, MaxGrowth: c.MaxGrowth, MemoryFactor: c.MemoryFactor}
+	if c.Layout != "" {
+		l, err := bloom.ParseLayout(c.Layout)
+		if err != nil {
+			return opt, bad("LAYOUT", "%v", err)
+		}
+		opt.Layout = l
+	}
+	return opt, nil
 }
 
 func hasEmpty(xs []string) bool {

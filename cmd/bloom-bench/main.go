@@ -48,6 +48,10 @@ type options struct {
 	// DEDUPE_MAX_GROWTH.
 	load, growth float64
 	window       time.Duration
+	// memoryFactor and layout choose the layout, as DEDUPE_MEMORY_FACTOR
+	// and DEDUPE_LAYOUT do.
+	memoryFactor float64
+	layout       string
 }
 
 // cases are named runs: flags given beside one override it.
@@ -75,6 +79,8 @@ func main() {
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the ID stream")
 	flag.Float64Var(&o.load, "load", 1, "distinct IDs over the filter's planned n: above 1 the window grows (with -growth above 1)")
 	flag.Float64Var(&o.growth, "growth", d.MaxGrowth, "how far a window may grow past its planned n (DEDUPE_MAX_GROWTH; 1: no growth)")
+	flag.Float64Var(&o.memoryFactor, "memory-factor", d.MemoryFactor, "most memory per ID as a multiple of a classic filter's, within which the planner takes the fewest words (DEDUPE_MEMORY_FACTOR)")
+	flag.StringVar(&o.layout, "layout", d.Layout, "words x bits per word (4x4) instead of the planner's choice (DEDUPE_LAYOUT)")
 	flag.BoolVar(&o.backlog, "backlog", false, "stamp the IDs a day back, in a window that has ended (a backlog; a 48h lag bound keeps it)")
 	flag.Parse()
 	if *caseName != "" {
@@ -285,7 +291,14 @@ const partitions = 8
 
 func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode) (result, error) {
 	distinct := int64(math.Round(float64(o.n) * (1 - o.dup)))
-	plan, err := bloom.NewPlan(int64(math.Ceil(float64(distinct)/o.load)), o.p, bloom.PlanOptions{MaxGrowth: o.growth})
+	opt := bloom.PlanOptions{MaxGrowth: o.growth, MemoryFactor: o.memoryFactor}
+	if o.layout != "" {
+		var err error
+		if opt.Layout, err = bloom.ParseLayout(o.layout); err != nil {
+			return result{}, err
+		}
+	}
+	plan, err := bloom.NewPlan(int64(math.Ceil(float64(distinct)/o.load)), o.p, opt)
 	if err != nil {
 		return result{}, err
 	}

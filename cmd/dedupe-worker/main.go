@@ -118,9 +118,20 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	maxLag := fs.Duration("max-lag", envOr("MAX_LAG", d.MaxLag, time.ParseDuration), "lag bound: how long after their event time events are still deduplicated")
 	shards := fs.Int("shards", envOr("SHARDS", d.Shards, parseInt), "least number of shards")
 	growth := fs.Float64("max-growth", envOr("MAX_GROWTH", d.MaxGrowth, parseFloat), "how far a window may grow past n (1: no growth)")
+	factor := fs.Float64("memory-factor", envOr("MEMORY_FACTOR", d.MemoryFactor, parseFloat), "most memory per ID, as a multiple of a classic filter's, within which the layout takes the fewest Redis operations")
+	layout := fs.String("layout", envOr("LAYOUT", d.Layout, parseString), "words x bits per word (4x4) instead of the planner's choice")
 	redisTimeout := fs.Duration("redis-timeout", envOr("REDIS_TIMEOUT", d.RedisTimeout, time.ParseDuration), "bound of one Redis call: with the size, how long before a window starts its keys are made")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	var pinned bloom.Layout
+	if *layout != "" {
+		l, err := bloom.ParseLayout(*layout)
+		if err != nil {
+			fmt.Fprintln(stderr, "dedupe-worker plan:", err)
+			return 2
+		}
+		pinned = l
 	}
 	m, err := bloom.ParseMode(*mode)
 	if err != nil {
@@ -146,7 +157,7 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(tw, "n per window\twindow\ttarget p\tlayout\tshards\tbits/ID\tclassic bits/ID (k)\tMiB per window\twindows live\tMiB live\tachieved p")
 	live := 0
 	for _, target := range []float64{*p, 1e-2, 1e-4, 1e-6, 1e-9} {
-		pl, err := bloom.NewPlan(*n, target, bloom.PlanOptions{MinShards: *shards, MaxGrowth: *growth})
+		pl, err := bloom.NewPlan(*n, target, bloom.PlanOptions{MinShards: *shards, MaxGrowth: *growth, MemoryFactor: *factor, Layout: pinned})
 		if err != nil {
 			fmt.Fprintln(stderr, "dedupe-worker plan:", err)
 			return 2
@@ -156,6 +167,11 @@ func plan(args []string, stdout, stderr io.Writer) int {
 			live = rowLive
 			fmt.Fprintf(stdout, "%s windows of %v with a lag bound of %v: at most %d windows of keys live at once at p = %g (the next window's keys are made %v before it starts)\n",
 				*mode, *window, *maxLag, live, target, lead.Round(time.Second))
+			if *layout != "" {
+				fmt.Fprintf(stdout, "layout: %s, as set (-layout, DEDUPE_LAYOUT): W words of B bits per ID\n", *layout)
+			} else {
+				fmt.Fprintf(stdout, "layout: the fewest words per ID (each a Redis read, and a write for a new ID) whose window takes at most %gx the memory of a classic filter (-memory-factor, DEDUPE_MEMORY_FACTOR); WxB is W words of B bits\n", *factor)
+			}
 		}
 		fmt.Fprintf(tw, "%d\t%v\t%g\t%dx%d\t%d\t%.1f\t%.1f (%d)\t%.0f\t%d\t%.0f\t%.2g\n", *n, *window, target,
 			pl.Layout.Words, pl.Layout.BitsPerWord, pl.Shards, pl.BitsPerElement(),
@@ -166,17 +182,18 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	tw.Flush()
-	pl, err := bloom.NewPlan(*n, *p, bloom.PlanOptions{MinShards: *shards, MaxGrowth: *growth})
+	pl, err := bloom.NewPlan(*n, *p, bloom.PlanOptions{MinShards: *shards, MaxGrowth: *growth, MemoryFactor: *factor, Layout: pinned})
 	if err != nil || !pl.Growth() {
 		return 0
 	}
 	fmt.Fprintf(stdout, "\ngrowth at p = %g: up to %d stages, each taking the window to %dx at half the rate of the one before, %d IDs per window in all (%.0fx)\n",
 		*p, len(pl.Stages), bloom.GrowthFactor, pl.Capacity(), float64(pl.Capacity())/float64(*n))
 	if float64(pl.Capacity()) < *growth*float64(*n) {
-		fmt.Fprintf(stdout, "a further stage would not fit one Redis string per shard: more shards (-shards, DEDUPE_SHARDS) let the window grow to %gx\n", *growth)
+		fmt.Fprintf(stdout, "a further stage would take more than %d keys of 128 MiB: the window grows to %.0fx, not %gx\n",
+			bloom.MaxShards, float64(pl.Capacity())/float64(*n), *growth)
 	}
 	tw = tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "load\tIDs per window\tstages\tMiB per window\tMiB live\tbound on p\tRedis reads+writes per new ID")
+	fmt.Fprintln(tw, "load\tIDs per window\tstages\tkeys per shard of the newest\tMiB per window\tMiB live\tbound on p\tRedis reads+writes per new ID")
 	for _, load := range []float64{1, 4, 16, 64} {
 		mem, k := pl.GrownMemory(load)
 		// The newest stage is read whole and written, each older stage
@@ -186,7 +203,7 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		if m == bloom.Rolling {
 			ops += k
 		}
-		fmt.Fprintf(tw, "%gx\t%d\t%d\t%.0f\t%.0f\t%.2g\t%d\n", load, int64(load*float64(*n)), k, float64(mem)/(1<<20),
+		fmt.Fprintf(tw, "%gx\t%d\t%d\t%d\t%.0f\t%.0f\t%.2g\t%d\n", load, int64(load*float64(*n)), k, pl.Stages[k-1].Parts, float64(mem)/(1<<20),
 			float64(mem)*float64(live)/(1<<20), pl.GrownFPR(load), ops)
 	}
 	tw.Flush()

@@ -153,7 +153,7 @@ func TestPlanCommand(t *testing.T) {
 	if code := run([]string{"plan", "-n", "7000000", "-p", "1e-6", "-max-growth", "1"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	if !strings.Contains(out.String(), "4x4") || !strings.Contains(out.String(), "8.2e-07") || strings.Contains(out.String(), "growth") {
+	if !strings.Contains(out.String(), "3x5") || !strings.Contains(out.String(), "7.3e-07") || strings.Contains(out.String(), "growth") {
 		t.Fatalf("plan output without growth:\n%s", out.String())
 	}
 	// With growth, a row per load; the planner takes the shards the last

@@ -57,9 +57,13 @@ func NewFilter(cfg config.Config, rc redis.UniversalClient) (*bloom.Filter, erro
 }
 
 func newFilter(cfg config.Config, rc redis.UniversalClient, now func() time.Time) (*bloom.Filter, error) {
-	plan, err := bloom.NewPlan(cfg.ExpectedPerWindow, cfg.FalsePositiveRate, bloom.PlanOptions{MinShards: cfg.Shards, MaxGrowth: cfg.MaxGrowth})
+	opt, err := cfg.PlanOptions()
 	if err != nil {
-		return nil, fmt.Errorf("DEDUPE_EXPECTED_PER_WINDOW, DEDUPE_FALSE_POSITIVE_RATE, DEDUPE_MAX_GROWTH: %w", err)
+		return nil, err
+	}
+	plan, err := bloom.NewPlan(cfg.ExpectedPerWindow, cfg.FalsePositiveRate, opt)
+	if err != nil {
+		return nil, fmt.Errorf("DEDUPE_EXPECTED_PER_WINDOW, DEDUPE_FALSE_POSITIVE_RATE, DEDUPE_MAX_GROWTH, DEDUPE_MEMORY_FACTOR, DEDUPE_LAYOUT: %w", err)
 	}
 	mode, err := bloom.ParseMode(cfg.WindowMode)
 	if err != nil {

@@ -55,9 +55,9 @@ type Config struct {
 	// batch needs and that is not made yet (see Growth in the package
 	// doc); then it fails with ErrGrowthWait, having decided nothing. A
 	// make it started itself just before the bound may run past it, by at
-	// most that stage's make time-out (CallTimeout plus 100 ms per MiB).
-	// Default: CallTimeout plus 100 ms per MiB of the largest stage's
-	// shard, what making one may take.
+	// most that stage's make time-out (CallTimeout plus 100 ms per MiB,
+	// for each of its keys on the shard in turn). Default: the make
+	// time-out of the largest stage on a shard, what making one may take.
 	GrowthWait time.Duration
 	// Now is the clock: every decision that depends on the present (Late,
 	// Future, the records' expiry) reads it, and so does the maintenance
@@ -87,11 +87,9 @@ func (c *Config) setDefaults() {
 		c.Now = time.Now
 	}
 	if c.GrowthWait == 0 {
-		var largest uint64
 		for _, st := range c.Plan.Stages {
-			largest = max(largest, st.ShardBits/8)
+			c.GrowthWait = max(c.GrowthWait, stageMakeTimeout(c.CallTimeout, st))
 		}
-		c.GrowthWait = makeTimeout(c.CallTimeout, largest)
 	}
 }
 

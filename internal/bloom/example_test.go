@@ -23,8 +23,8 @@ func ExampleNewPlan() {
 			float64(p.Standard.Bits)/float64(n), p.Standard.Hashes, p.Memory>>20, p.AchievedFPR)
 	}
 	// Output:
-	// n=7000000: 4 words x 4 bits, 1 shard(s), 33.6 bits/element (classic 28.8, k=20), 28 MiB, achieved p 8.2e-07
-	// n=1000000000: 4 words x 4 bits, 18 shard(s), 33.8 bits/element (classic 28.8, k=20), 4032 MiB, achieved p 7.5e-07
+	// n=7000000: 3 words x 5 bits, 1 shard(s), 38.3 bits/element (classic 28.8, k=20), 32 MiB, achieved p 7.3e-07
+	// n=1000000000: 3 words x 5 bits, 23 shard(s), 37.0 bits/element (classic 28.8, k=20), 4416 MiB, achieved p 9.9e-07
 }
 
 func ExampleFilter_TestAndSet() {

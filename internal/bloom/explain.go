@@ -15,6 +15,9 @@ type Probe struct {
 	Bucket int64
 	Start  time.Time // of the bucket's window
 	Stage  int
+	// Key is the stage's key in the ID's shard; of a stage in several
+	// parts, the part holding the ID's first word. Exists and TTL are of
+	// every part holding one of its words (TTL the shortest).
 	Key    string
 	Exists bool
 	TTL    time.Duration
@@ -71,7 +74,7 @@ func (f *Filter) Explain(ctx context.Context, id []byte, t time.Time) (Explanati
 	e := Explanation{Bucket: at.bucket, Shard: loc.shard, Deadline: w.Deadline(t), Late: at.status == Late, Future: at.status == Future}
 	for _, b := range at.buckets() {
 		for st := range f.plan.Stages {
-			p := Probe{Bucket: b, Start: w.Start(b), Stage: st, Key: f.StageKey(loc.shard, b, st)}
+			p := Probe{Bucket: b, Start: w.Start(b), Stage: st}
 			if err := f.probe(ctx, &p, &loc); err != nil {
 				return e, err
 			}
@@ -84,34 +87,59 @@ func (f *Filter) Explain(ctx context.Context, id []byte, t time.Time) (Explanati
 	return e, nil
 }
 
-// probe reads whether p's key exists, its TTL, and the ID's words in it.
+// probe reads whether p's keys exist, their TTL, and the ID's words in
+// them.
 func (f *Filter) probe(ctx context.Context, p *Probe, loc *location) error {
 	cctx, cancel := f.callCtx(ctx)
 	defer cancel()
-	ttl, err := f.client.PTTL(cctx, p.Key).Result()
-	if err != nil {
-		return fmt.Errorf("%w: reading the TTL of %s: %w", ErrRedis, p.Key, err)
+	// The ID's words, by the key that holds them.
+	type word struct {
+		j   int
+		off uint64
 	}
-	p.Exists, p.TTL = ttl != -2, max(ttl, 0)
-	if !p.Exists {
-		return nil
-	}
-	args := make([]any, 0, 3*f.plan.Layout.Words)
+	var keys []string
+	byKey := map[string][]word{}
 	for j := 0; j < f.plan.Layout.Words; j++ {
-		off := loc.word[j]
+		key, off := f.StageKey(loc.shard, p.Bucket, 0), loc.word[j]
 		if p.Stage > 0 {
-			off = stageWord(loc.u[j], f.plan.Stages[p.Stage].ShardBits/WordBits)
+			var pt int
+			pt, off = stageWord(loc.u[j], f.plan.Stages[p.Stage])
+			key = f.PartKey(loc.shard, p.Bucket, p.Stage, pt)
 		}
-		args = append(args, "GET", fmt.Sprintf("u%d", WordBits), off)
+		if byKey[key] == nil {
+			keys = append(keys, key)
+		}
+		byKey[key] = append(byKey[key], word{j, off})
 	}
-	vals, err := f.client.BitField(cctx, p.Key, args...).Result()
-	if err != nil {
-		return fmt.Errorf("%w: reading %s: %w", ErrRedis, p.Key, err)
-	}
-	p.Holds = len(vals) == f.plan.Layout.Words
-	for j, v := range vals {
-		mask := uint64(loc.hi[j])<<26 | uint64(loc.lo[j])
-		p.Holds = p.Holds && uint64(v)&mask == mask
+	p.Key, p.Exists, p.Holds = keys[0], true, true
+	for i, key := range keys {
+		ttl, err := f.client.PTTL(cctx, key).Result()
+		if err != nil {
+			return fmt.Errorf("%w: reading the TTL of %s: %w", ErrRedis, key, err)
+		}
+		if ttl == -2 {
+			p.Exists, p.Holds, p.TTL = false, false, 0
+			return nil
+		}
+		if i == 0 || max(ttl, 0) < p.TTL {
+			p.TTL = max(ttl, 0)
+		}
+		args := make([]any, 0, 3*len(byKey[key]))
+		for _, w := range byKey[key] {
+			args = append(args, "GET", fmt.Sprintf("u%d", WordBits), w.off)
+		}
+		vals, err := f.client.BitField(cctx, key, args...).Result()
+		if err != nil {
+			return fmt.Errorf("%w: reading %s: %w", ErrRedis, key, err)
+		}
+		if len(vals) != len(byKey[key]) {
+			return fmt.Errorf("%w: reading %s: %d words for %d asked", ErrRedis, key, len(vals), len(byKey[key]))
+		}
+		for k, v := range vals {
+			j := byKey[key][k].j
+			mask := uint64(loc.hi[j])<<26 | uint64(loc.lo[j])
+			p.Holds = p.Holds && uint64(v)&mask == mask
+		}
 	}
 	return nil
 }

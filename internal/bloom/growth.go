@@ -44,11 +44,17 @@ func StageLead(st Stage) time.Duration {
 	return leadBase + time.Duration(st.Memory>>20)*leadPerMiB
 }
 
-// makeTimeout bounds the making of one shard of a stage of size bytes: a
+// makeTimeout bounds the making of one key of size bytes: a
 // stage of hundreds of MiB takes a while to send (100 ms per MiB is a
 // link of 10 MB/s).
 func makeTimeout(callTimeout time.Duration, size uint64) time.Duration {
 	return callTimeout + time.Duration(size>>20)*100*time.Millisecond
+}
+
+// stageMakeTimeout bounds the making of one shard's stage st: its parts,
+// one after the other.
+func stageMakeTimeout(callTimeout time.Duration, st Stage) time.Duration {
+	return time.Duration(st.Parts) * makeTimeout(callTimeout, st.PartBits/8)
 }
 
 // stageRef names one stage of one shard of a bucket.
@@ -75,21 +81,49 @@ const (
 	stageBusy                     // another maker holds its lock
 )
 
-// makeStage makes one shard's stage of a bucket whole, in one SET NX with
-// the bucket's expiry, unless it exists or another maker holds its lock.
-// Redis reads a large argument into its own buffer as it arrives, between
-// other clients' commands, and keeps that buffer as the value, so no
-// command stalls on the allocation. One maker per stage: makers that find
-// it missing together would each send the whole value, which Redis
-// buffers in full before the NX refuses it; the lock expires once the
-// maker would have given up. A stage whose bucket has expired is not
-// made (reported as existing: nothing is to be waited for).
+// makeStage makes one shard's stage of a bucket: each of its parts, in
+// order (makePart). The stage is made once every part is: it is busy while
+// another maker holds a part's lock, and made when this call made a part.
 func (f *Filter) makeStage(ctx context.Context, r stageRef) (makeResult, error) {
+	start := time.Now()
+	res, made := stageExists, 0
+	for pt := range f.plan.Stages[r.stage].Parts {
+		got, err := f.makePart(ctx, r, pt)
+		if err != nil {
+			return 0, err
+		}
+		if got == stageMade {
+			made++
+		}
+		res = max(res, got)
+	}
+	if res == stageMade {
+		f.stats.made.Add(1)
+		if o := f.obs.Load(); o != nil {
+			o.g.grown.Inc()
+			st := f.plan.Stages[r.stage]
+			o.log.Info("window grew: next stage made", zap.Time("window", f.cfg.Window.Start(r.bucket)), zap.Int("shard", r.shard),
+				zap.Int("stage", r.stage), zap.Int("parts", made), zap.Uint64("bytes", uint64(made)*st.PartBits/8), zap.Duration("took", time.Since(start)))
+		}
+	}
+	return res, nil
+}
+
+// makePart makes one part of one shard's stage of a bucket whole, in one
+// SET NX with the bucket's expiry, unless it exists or another maker holds
+// its lock. Redis reads a large argument into its own buffer as it
+// arrives, between other clients' commands, and keeps that buffer as the
+// value, so no command stalls on the allocation. One maker per part:
+// makers that find it missing together would each send the whole value,
+// which Redis buffers in full before the NX refuses it; the lock expires
+// once the maker would have given up. A stage whose bucket has expired is
+// not made (reported as existing: nothing is to be waited for).
+func (f *Filter) makePart(ctx context.Context, r stageRef, pt int) (makeResult, error) {
 	exp := time.Unix(f.cfg.Window.ExpireAt(r.bucket), 0)
 	if !exp.After(f.cfg.Now()) {
 		return stageExists, nil
 	}
-	key := f.StageKey(r.shard, r.bucket, r.stage)
+	key := f.PartKey(r.shard, r.bucket, r.stage, pt)
 	cctx, cancel := f.callCtx(ctx)
 	n, err := f.client.Exists(cctx, key).Result()
 	cancel()
@@ -99,7 +133,7 @@ func (f *Filter) makeStage(ctx context.Context, r stageRef) (makeResult, error) 
 	if n == 1 {
 		return stageExists, nil
 	}
-	size := f.plan.Stages[r.stage].ShardBits / 8
+	size := f.plan.Stages[r.stage].PartBits / 8
 	timeout := makeTimeout(f.cfg.CallTimeout, size)
 	cctx, cancel = f.callCtx(ctx)
 	// The lock outlives the SET's own time-out, which starts after it.
@@ -111,7 +145,6 @@ func (f *Filter) makeStage(ctx context.Context, r stageRef) (makeResult, error) 
 	if !locked {
 		return stageBusy, nil
 	}
-	start := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	ok, err := f.client.SetArgs(sctx, key, make([]byte, size), redis.SetArgs{Mode: "NX", ExpireAt: exp}).Result()
 	cancel()
@@ -124,12 +157,6 @@ func (f *Filter) makeStage(ctx context.Context, r stageRef) (makeResult, error) 
 	}
 	if ok != "OK" {
 		return stageExists, nil
-	}
-	f.stats.made.Add(1)
-	if o := f.obs.Load(); o != nil {
-		o.g.grown.Inc()
-		o.log.Info("window grew: next stage made", zap.Time("window", f.cfg.Window.Start(r.bucket)), zap.Int("shard", r.shard),
-			zap.Int("stage", r.stage), zap.Uint64("bytes", size), zap.Duration("took", time.Since(start)))
 	}
 	return stageMade, nil
 }

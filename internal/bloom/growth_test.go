@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -101,9 +102,10 @@ func TestGrowthKeepsTheRate(t *testing.T) {
 		client func(t *testing.T) redis.UniversalClient
 		mode   Mode
 		shards int
+		parts  int // keys per shard of stages 1 and up
 	}{
-		{"standalone, rolling, one shard", func(t *testing.T) redis.UniversalClient { return testenv.RedisClient(t, testenv.Redis(t)) }, Rolling, 1},
-		{"cluster, fixed, three shards", func(t *testing.T) redis.UniversalClient { return testenv.ClusterClient(t, testenv.Cluster(t, 0)) }, Fixed, 3},
+		{"standalone, rolling, one shard", func(t *testing.T) redis.UniversalClient { return testenv.RedisClient(t, testenv.Redis(t)) }, Rolling, 1, 1},
+		{"cluster, fixed, three shards, stages in two keys each", func(t *testing.T) redis.UniversalClient { return testenv.ClusterClient(t, testenv.Cluster(t, 0)) }, Fixed, 3, 2},
 	} {
 		t.Run(srv.name, func(t *testing.T) {
 			c := srv.client(t)
@@ -113,7 +115,7 @@ func TestGrowthKeepsTheRate(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				cfg.Pipeline, cfg.Plan, cfg.Window.Mode = "grow", plan, srv.mode
+				cfg.Pipeline, cfg.Plan, cfg.Window.Mode = "grow", inParts(plan, srv.parts), srv.mode
 			})
 			if f.plan.Shards != srv.shards {
 				t.Fatalf("%d shards, want %d", f.plan.Shards, srv.shards)
@@ -576,56 +578,94 @@ func TestCheckCapacityCountsGrowth(t *testing.T) {
 	}
 }
 
+// inParts splits every stage after the first of plan into k keys per
+// shard (k or a little more words in all), as the planner does for stages
+// larger than one key: tests see parts without filling gigabytes.
+func inParts(plan Plan, k int) Plan {
+	plan.Stages = slices.Clone(plan.Stages)
+	for i := 1; i < len(plan.Stages); i++ {
+		st := &plan.Stages[i]
+		per := (st.ShardBits/WordBits + uint64(k) - 1) / uint64(k)
+		st.Parts, st.PartBits, st.ShardBits = k, per*WordBits, per*WordBits*uint64(k)
+	}
+	return plan
+}
+
 // The script places words in stages 1 and up where stageWord says, the
 // mapping Go's own readers use: an ID inserted in stage 1 has its bits
-// there.
+// there, in one key or in the part of a stage in several that holds each
+// word.
 func TestStageWordsMatchTheScript(t *testing.T) {
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	at := testenv.Now()
-	f := growingFilter(t, c, at, 100, 1e-3, 4)
-	fillTo(t, f, at, "s", 0, 100) // stage 0 full: stage 1 asked for
-	if made, err := f.Grow(t.Context(), at); err != nil || len(made) != 1 {
-		t.Fatalf("made %v, error %v: want stage 1", made, err)
-	}
-	ids := []string{"in-stage-1", "another", "a third"}
-	for i, id := range ids {
-		if v := verdicts(t, f, Element{ID: []byte(id), Time: at, Source: Source{Topic: "w", Offset: int64(i)}}); v[0] != FirstSeen {
-			t.Fatalf("%s: %v", id, v)
-		}
-	}
-	b := f.cfg.Window.Bucket(at)
-	if g, _ := f.growth(t.Context(), 0, b); g.Stage != 1 || g.Held != int64(len(ids)) {
-		t.Fatalf("growth %+v: want the IDs in stage 1", g)
-	}
-	nw := f.plan.Stages[1].ShardBits / WordBits
-	for _, id := range ids {
-		var loc location
-		f.locate([]byte(id), &loc)
-		for j := 0; j < f.plan.Layout.Words; j++ {
-			off := stageWord(loc.u[j], nw)
-			v, err := c.BitField(t.Context(), f.StageKey(loc.shard, b, 1), "GET", "u52", off).Result()
-			if err != nil {
-				t.Fatal(err)
+	for _, parts := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d parts", parts), func(t *testing.T) {
+			f := growingFilter(t, c, at, 100, 1e-3, 4, func(cfg *Config) {
+				cfg.Pipeline, cfg.Plan = fmt.Sprintf("words-%d", parts), inParts(cfg.Plan, parts)
+			})
+			fillTo(t, f, at, "s", 0, 100) // stage 0 full: stage 1 asked for
+			if made, err := f.Grow(t.Context(), at); err != nil || len(made) != 1 {
+				t.Fatalf("made %v, error %v: want stage 1", made, err)
 			}
-			mask := uint64(loc.hi[j])<<26 | uint64(loc.lo[j])
-			if uint64(v[0])&mask != mask {
-				t.Errorf("%s, word %d at %d in stage 1: %052b lacks %052b", id, j, off, v[0], mask)
+			b := f.cfg.Window.Bucket(at)
+			for pt := range parts {
+				if n, err := c.Exists(t.Context(), f.PartKey(0, b, 1, pt)).Result(); err != nil || n != 1 {
+					t.Fatalf("part %d of stage 1: exists %d, %v", pt, n, err)
+				}
 			}
-		}
+			ids := []string{"in-stage-1", "another", "a third", "a fourth", "a fifth"}
+			for i, id := range ids {
+				if v := verdicts(t, f, Element{ID: []byte(id), Time: at, Source: Source{Topic: "w", Offset: int64(i)}}); v[0] != FirstSeen {
+					t.Fatalf("%s: %v", id, v)
+				}
+			}
+			if g, _ := f.growth(t.Context(), 0, b); g.Stage != 1 || g.Held != int64(len(ids)) {
+				t.Fatalf("growth %+v: want the IDs in stage 1", g)
+			}
+			usedParts := map[int]bool{}
+			for _, id := range ids {
+				var loc location
+				f.locate([]byte(id), &loc)
+				for j := 0; j < f.plan.Layout.Words; j++ {
+					pt, off := stageWord(loc.u[j], f.plan.Stages[1])
+					usedParts[pt] = true
+					v, err := c.BitField(t.Context(), f.PartKey(loc.shard, b, 1, pt), "GET", "u52", off).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					mask := uint64(loc.hi[j])<<26 | uint64(loc.lo[j])
+					if uint64(v[0])&mask != mask {
+						t.Errorf("%s, word %d at %d of part %d in stage 1: %052b lacks %052b", id, j, off, pt, v[0], mask)
+					}
+				}
+			}
+			if len(usedParts) != parts {
+				t.Errorf("the IDs' words are in parts %v, want every one of %d", usedParts, parts)
+			}
+		})
 	}
 }
 
 // In rolling mode the neighbours' stages are tested too: copies in the
 // next bucket of IDs that went into stages 1 and 2 of a bucket are
 // caught, live (testing the previous bucket) and, read late, the other way
-// round (testing the next bucket).
+// round (testing the next bucket). Stages in several keys (parts) are
+// tested and filled alike.
 func TestGrowthNeighboursStages(t *testing.T) {
+	for _, parts := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d parts", parts), func(t *testing.T) { testGrowthNeighboursStages(t, parts) })
+	}
+}
+
+func testGrowthNeighboursStages(t *testing.T, parts int) {
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	const w = 10 * time.Minute
 	cur := testenv.Now().Truncate(w)
 	b0, b1 := cur.Add(-2*w+time.Minute), cur.Add(-w+time.Minute)
 	clock := cur.Add(time.Second) // b0 and b1 have ended: late input
-	f := growingFilter(t, c, clock, 500, 1e-6, 64, func(cfg *Config) { cfg.Now = func() time.Time { return clock } })
+	f := growingFilter(t, c, clock, 500, 1e-6, 64, func(cfg *Config) {
+		cfg.Pipeline, cfg.Plan, cfg.Now = fmt.Sprintf("one-way-%d", parts), inParts(cfg.Plan, parts), func() time.Time { return clock }
+	})
 	// 10,000 IDs in b0: stages 0 (500), 1 (1,500), 2 (6,000) and 3.
 	fillTo(t, f, b0, "n", 0, 10_000)
 	if g, _ := f.growth(t.Context(), 0, f.cfg.Window.Bucket(b0)); g.Stage < 2 {
@@ -643,7 +683,9 @@ func TestGrowthNeighboursStages(t *testing.T) {
 	}
 	// The other way: 8,000 IDs first in b1 (which grows), then copies
 	// stamped in b0, read late: b0 tests b1 as its next bucket.
-	g := growingFilter(t, c, clock, 500, 1e-6, 64, func(cfg *Config) { cfg.Pipeline, cfg.Now = "other-way", func() time.Time { return clock } })
+	g := growingFilter(t, c, clock, 500, 1e-6, 64, func(cfg *Config) {
+		cfg.Pipeline, cfg.Plan, cfg.Now = fmt.Sprintf("other-way-%d", parts), inParts(cfg.Plan, parts), func() time.Time { return clock }
+	})
 	fillTo(t, g, b1, "m", 0, 8000)
 	es = es[:0]
 	for i := 0; i < 8000; i += 89 {

@@ -19,6 +19,10 @@ func layoutTag(cfg Config) string {
 	// A plan without growth keeps the tag it had before stages existed.
 	for _, st := range cfg.Plan.Stages[1:] {
 		fmt.Fprintf(h, "/%d:%d", st.ShardBits, st.CapacityPerShard)
+		// A stage in one key per shard keeps the tag it had before parts.
+		if st.Parts > 1 {
+			fmt.Fprintf(h, "x%d", st.Parts)
+		}
 	}
 	return fmt.Sprintf("v1-%08x", h.Sum32())
 }
@@ -49,6 +53,26 @@ func (f *Filter) StageKey(shard int, b int64, st int) string {
 		return f.FilterKey(shard, b)
 	}
 	return f.FilterKey(shard, b) + ":" + strconv.Itoa(st)
+}
+
+// PartKey is the key of part pt of stage st of one shard of bucket b:
+// StageKey for part 0. A stage's word w of the shard is in part
+// w / (PartBits/WordBits).
+func (f *Filter) PartKey(shard int, b int64, st, pt int) string {
+	if pt == 0 {
+		return f.StageKey(shard, b, st)
+	}
+	return f.StageKey(shard, b, st) + "." + strconv.Itoa(pt)
+}
+
+// stageKeys are the keys of stage st of one shard of bucket b, in part
+// order.
+func (f *Filter) stageKeys(shard int, b int64, st int) []string {
+	keys := make([]string, f.plan.Stages[st].Parts)
+	for pt := range keys {
+		keys[pt] = f.PartKey(shard, b, st, pt)
+	}
+	return keys
 }
 
 // GrowthKey is the key of one shard's growth record of bucket b: the

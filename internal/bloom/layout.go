@@ -20,10 +20,13 @@ type location struct {
 	u [MaxWords]float64
 }
 
-// stageWord is the bit offset of a word at position u in a stage of nwords
-// words. The script computes the same with the same double arithmetic.
-func stageWord(u float64, nwords uint64) uint64 {
-	return uint64(math.Floor(u*float64(nwords))) * WordBits
+// stageWord is the part and the bit offset in it of a word at position u
+// in a stage st: word floor(u * words of the stage on a shard), in parts of
+// PartBits. The script computes the same with the same double arithmetic.
+func stageWord(u float64, st Stage) (part int, off uint64) {
+	w := uint64(math.Floor(u * float64(st.ShardBits/WordBits)))
+	per := st.PartBits / WordBits
+	return int(w / per), w % per * WordBits
 }
 
 // golden is the splitmix64 increment (2^64 / φ).

@@ -1,10 +1,12 @@
 package bloom
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"strings"
 	"testing"
+	"time"
 )
 
 // goldenPlan is a fixed layout; the golden locations below were computed
@@ -67,6 +69,48 @@ func TestLocateShape(t *testing.T) {
 	for s, n := range shards {
 		if n < 9_500 || n > 10_500 {
 			t.Errorf("shard %d got %d of 70000", s, n)
+		}
+	}
+}
+
+// A window without growth in the layout an earlier version chose keeps
+// that version's keys when the layout is set (PlanOptions.Layout): these
+// tags were computed by the version whose planner took the fewest words
+// within 15% of a classic filter's bits.
+func TestSetLayoutKeepsEarlierKeys(t *testing.T) {
+	for _, tc := range []struct {
+		n      int64
+		p      float64
+		layout Layout
+		tag    string
+	}{
+		{7_000_000, 1e-6, Layout{4, 4}, "v1-3e36b357"},
+		{1_000_000_000, 1e-9, Layout{6, 4}, "v1-7fe33ae4"},
+		{100_000, 1e-3, Layout{2, 4}, "v1-356306b7"},
+	} {
+		pl, err := NewPlan(tc.n, tc.p, PlanOptions{MaxGrowth: 1, Layout: tc.layout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{Plan: pl, Window: Window{Length: 10 * time.Minute, Mode: Rolling}, ReplayHorizon: DefaultReplayHorizon}
+		if got := layoutTag(cfg); got != tc.tag {
+			t.Errorf("n=%d p=%g in %v: tag %s, want %s", tc.n, tc.p, tc.layout, got, tc.tag)
+		}
+		if auto, _ := NewPlan(tc.n, tc.p, PlanOptions{MaxGrowth: 1}); auto.Layout == tc.layout && tc.p < 1e-3 {
+			t.Errorf("n=%d p=%g: the planner still takes %v; the test no longer shows a set layout at work", tc.n, tc.p, tc.layout)
+		}
+	}
+}
+
+// A layout is written words x bits; anything else, or out of range, is
+// refused.
+func TestParseLayout(t *testing.T) {
+	if l, err := ParseLayout("4x5"); err != nil || l != (Layout{4, 5}) || l.String() != "4x5" {
+		t.Errorf("4x5: %v, %v", l, err)
+	}
+	for _, bad := range []string{"", "4", "4x", "x4", "0x4", "9x4", "4x0", "4x17", "4x4x4", " 4x4", "04x4"} {
+		if _, err := ParseLayout(bad); !errors.Is(err, ErrInvalidPlan) {
+			t.Errorf("%q: %v, want ErrInvalidPlan", bad, err)
 		}
 	}
 }

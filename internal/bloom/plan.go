@@ -114,34 +114,57 @@ func bitsNeeded(l Layout, p float64) float64 {
 	return hi
 }
 
-// memorySlack is how much more memory than a classic filter the planner
-// accepts to save one word (one Redis read and write) per element.
-const memorySlack = 1.15
+// The planner's objective: the least Redis work per element within a
+// memory bound. Every word an element sets costs one BITFIELD
+// sub-operation to read it and, for a new element, one to write it (about
+// 1 us of Redis CPU each inside the script, the largest part of a test-and-
+// set's cost), and fewer words need more bits per element for the same
+// rate. So the planner takes the fewest words whose window, as allocated
+// (stage 0 on every shard, rounded up to the allocator's size classes),
+// takes at most MemoryFactor times the memory of a classic filter for the
+// same n and p.
+const (
+	// DefaultMemoryFactor takes 3 words at p = 1e-6 and 4 or 5 at 1e-9
+	// (5 where the allocator's rounding of 4 goes past the bound), where a
+	// bound of 1.15 took 4 and 6: two to four sub-operations per new
+	// element fewer.
+	DefaultMemoryFactor = 1.5
+	// MaxMemoryFactor bounds PlanOptions.MemoryFactor; from about 4 the
+	// layout is two words, at any rate from 1e-12 to 1e-3.
+	MaxMemoryFactor = 4
+)
 
-// ChooseLayout picks the layout for target rate p: the fewest words whose
-// memory is within 15% of a classic filter's, with the bits per word that
-// need the least memory.
-func ChooseLayout(p float64) (Layout, float64) {
-	std := -math.Log(p) / (math.Ln2 * math.Ln2)
-	var best Layout
-	bestBits := math.Inf(1)
-	for w := 1; w <= MaxWords; w++ {
-		wl, wBits := Layout{}, math.Inf(1)
-		for b := 1; b <= 16; b++ {
-			l := Layout{Words: w, BitsPerWord: b}
-			if c := bitsNeeded(l, p); c < wBits {
-				wl, wBits = l, c
-			}
-		}
-		if wBits < bestBits {
-			best, bestBits = wl, wBits
-		}
-		if wBits <= std*memorySlack {
-			return wl, wBits
+// layoutFor is the layout of w words whose bits per word need the least
+// memory at rate p, and the bits per element it needs.
+func layoutFor(w int, p float64) (Layout, float64) {
+	best, bestBits := Layout{}, math.Inf(1)
+	for b := 1; b <= MaxBitsPerWord; b++ {
+		l := Layout{Words: w, BitsPerWord: b}
+		if c := bitsNeeded(l, p); c < bestBits {
+			best, bestBits = l, c
 		}
 	}
 	return best, bestBits
 }
+
+// ParseLayout reads a layout written as words x bits per word ("4x4"), as
+// Plan.Layout prints in dedupe-worker plan.
+func ParseLayout(s string) (Layout, error) {
+	var l Layout
+	if _, err := fmt.Sscanf(s, "%dx%d", &l.Words, &l.BitsPerWord); err != nil || fmt.Sprintf("%dx%d", l.Words, l.BitsPerWord) != s {
+		return Layout{}, fmt.Errorf("%w: layout %q: want words x bits per word, as 4x4", ErrInvalidPlan, s)
+	}
+	if l.Words < 1 || l.Words > MaxWords || l.BitsPerWord < 1 || l.BitsPerWord > MaxBitsPerWord {
+		return Layout{}, fmt.Errorf("%w: layout %q: want 1 to %d words of 1 to %d bits", ErrInvalidPlan, s, MaxWords, MaxBitsPerWord)
+	}
+	return l, nil
+}
+
+func (l Layout) String() string { return fmt.Sprintf("%dx%d", l.Words, l.BitsPerWord) }
+
+// MaxBitsPerWord bounds Layout.BitsPerWord: past it no layout needs less
+// memory at any rate the planner takes.
+const MaxBitsPerWord = 16
 
 // ErrInvalidPlan is wrapped by every sizing error.
 var ErrInvalidPlan = errors.New("invalid filter plan")
@@ -157,6 +180,15 @@ type PlanOptions struct {
 	// default) sizes one filter for n; above 1 the window is a chain of
 	// stages (see Stages) holding at least MaxGrowth*n at the rate p.
 	MaxGrowth float64
+	// MemoryFactor bounds the memory of a window's stage 0, as allocated,
+	// as a multiple of a classic filter's for the same n and p; within it
+	// the planner takes the fewest words per element (the least Redis
+	// work), or the layout that needs the least memory when none is
+	// within it. Default: DefaultMemoryFactor, from 1 to MaxMemoryFactor.
+	MemoryFactor float64
+	// Layout, when set, is the layout to use instead of the planner's
+	// choice: the one of an earlier version keeps its keys.
+	Layout Layout
 }
 
 // The growth of a window's chain of stages: each stage takes the window to
@@ -182,8 +214,9 @@ const (
 	// MinFPR is the lowest false-positive rate a plan is made for.
 	MinFPR = 1e-12
 	// MaxShards is the most shards a plan may be asked for
-	// (PlanOptions.MinShards), and the most the planner takes for growth:
-	// a longer chain would need more, and ends earlier instead.
+	// (PlanOptions.MinShards), and the most keys a stage of a growing
+	// window may take over all shards: a longer chain would need more, and
+	// ends earlier instead.
 	MaxShards = 1024
 )
 
@@ -193,8 +226,14 @@ type Stage struct {
 	// shards; CapacityPerShard is its share on one shard.
 	Capacity, CapacityPerShard int64
 	// FPR is the stage's rate when it holds Capacity.
-	FPR       float64
+	FPR float64
+	// ShardBits is the stage's bits on one shard, in Parts keys of
+	// PartBits each (a multiple of WordBits). Stage 0 is one key per
+	// shard; a later stage takes as many keys, under the shard's hash
+	// tag, as its size needs.
 	ShardBits uint64
+	Parts     int
+	PartBits  uint64
 	// Memory is the bytes of the stage over all shards.
 	Memory uint64
 }
@@ -310,10 +349,50 @@ func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
 	if !(growth >= 1 && growth <= MaxGrowthFactor) {
 		return Plan{}, fmt.Errorf("%w: growth is %g, want 1 to %d", ErrInvalidPlan, growth, MaxGrowthFactor)
 	}
-	// The layout is the one for p in every stage, so that a window that
-	// does not grow costs what it did; stage 0 buys its share of the rate,
+	factor := opt.MemoryFactor
+	if factor == 0 {
+		factor = DefaultMemoryFactor
+	}
+	if !(factor >= 1 && factor <= MaxMemoryFactor) {
+		return Plan{}, fmt.Errorf("%w: memory factor is %g, want 1 to %d", ErrInvalidPlan, factor, MaxMemoryFactor)
+	}
+	if opt.Layout != (Layout{}) {
+		if _, err := ParseLayout(opt.Layout.String()); err != nil {
+			return Plan{}, err
+		}
+		return sizePlan(n, p, opt.Layout, minShards, growth), nil
+	}
+	// The fewest words within the bound; failing that, the least memory.
+	bound := factor * float64(StandardSizing(n, p).Bits) / 8
+	var least Plan
+	for w := 1; w <= MaxWords; w++ {
+		l, _ := layoutFor(w, p)
+		pl := sizePlan(n, p, l, minShards, growth)
+		if float64(pl.Memory) <= bound {
+			return pl, checkMemory(pl, opt)
+		}
+		if least.Shards == 0 || pl.Memory < least.Memory {
+			least = pl
+		}
+	}
+	return least, checkMemory(least, opt)
+}
+
+// checkMemory refuses a plan whose window is over PlanOptions.MaxMemory.
+func checkMemory(pl Plan, opt PlanOptions) error {
+	if opt.MaxMemory > 0 && pl.Memory > opt.MaxMemory {
+		return fmt.Errorf("%w: one window needs %d bytes for %d elements at rate %g, more than the %d bytes allowed; lower the expected elements or raise the rate",
+			ErrInvalidPlan, pl.Memory, pl.Elements, pl.TargetFPR, opt.MaxMemory)
+	}
+	return nil
+}
+
+// sizePlan sizes a window of n elements at rate p in layout.
+func sizePlan(n int64, p float64, layout Layout, minShards int, growth float64) Plan {
+	// The layout is the same in every stage, so that a window that does
+	// not grow costs what it did; stage 0 buys its share of the rate,
 	// p(1-r), with bits.
-	layout, perElem := ChooseLayout(p)
+	perElem := bitsNeeded(layout, p)
 	// Stage i >= 1 holds n(4^i - 4^(i-1)), so that stages 0..i hold 4^i n in
 	// all: a window 4, 16 or 64 times its plan fills its stages exactly.
 	stages := 1
@@ -327,15 +406,10 @@ func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
 	}
 	need := uint64(math.Ceil(perElem * float64(n)))
 	// A shard must fit one Redis string; beyond that the allocator rounding
-	// is irrelevant, so only the shard count is searched. With growth, the
-	// last stage's shards must fit too: more shards, each of every stage
-	// smaller.
+	// is irrelevant, so only the shard count is searched. Stage 0 alone
+	// sets it: later stages take several keys per shard instead, so that a
+	// window that does not grow is not split over shards it does not need.
 	lo := max(minShards, int((need+MaxKeyBits/2-1)/(MaxKeyBits/2)))
-	if stages > 1 {
-		last := float64(n) * (math.Pow(GrowthFactor, float64(stages-1)) - math.Pow(GrowthFactor, float64(stages-2)))
-		bits := bitsNeeded(layout, p0*math.Pow(TighteningRatio, float64(stages-1))) * last
-		lo = max(lo, min(MaxShards, int(math.Ceil(bits/(maxStageShardBits-8*shardOverhead)))))
-	}
 	best := Plan{}
 	for s := lo; s < lo+8; s++ {
 		perShard := (need + uint64(s) - 1) / uint64(s)
@@ -354,33 +428,36 @@ func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
 	best.Elements, best.TargetFPR, best.Layout = n, p, layout
 	best.AchievedFPR = BlockedFPR(best.BitsPerElement(), layout)
 	best.Standard = StandardSizing(n, p)
-	best.Stages = []Stage{{Capacity: n, CapacityPerShard: perShardCount(n, best.Shards), FPR: best.AchievedFPR, ShardBits: best.ShardBits, Memory: best.Memory}}
+	best.Stages = []Stage{{Capacity: n, CapacityPerShard: perShardCount(n, best.Shards), FPR: best.AchievedFPR,
+		ShardBits: best.ShardBits, Parts: 1, PartBits: best.ShardBits, Memory: best.Memory}}
 	// Later stages keep the layout and the shard count and buy their lower
-	// rate with bits; a stage that would not fit one Redis string per shard
-	// ends the chain there.
+	// rate with bits, in keys of at most maxStagePartBits; a stage that
+	// would need more than MaxShards keys over all shards ends the chain
+	// there.
 	for i := 1; i < stages; i++ {
 		capacity := n * (int64(math.Pow(GrowthFactor, float64(i))) - int64(math.Pow(GrowthFactor, float64(i-1))))
 		rate := p0 * math.Pow(TighteningRatio, float64(i))
 		bits := math.Ceil(bitsNeeded(layout, rate) * float64(perShardCount(capacity, best.Shards)))
-		if bits/8+shardOverhead > maxStageShardBits/8 {
+		const partBytes = maxStagePartBits/8 - shardOverhead
+		parts := int(math.Ceil(bits / 8 / partBytes))
+		if parts*best.Shards > MaxShards {
 			break
 		}
-		class := allocClass(uint64(bits)/8 + shardOverhead)
-		shardBits := min((class-shardOverhead)*8, maxStageShardBits) / WordBits * WordBits
+		class := allocClass(uint64(math.Ceil(bits/float64(parts)))/8 + shardOverhead)
+		partBits := min((class-shardOverhead)*8, maxStagePartBits) / WordBits * WordBits
+		shardBits := partBits * uint64(parts)
 		best.Stages = append(best.Stages, Stage{Capacity: capacity, CapacityPerShard: perShardCount(capacity, best.Shards),
-			FPR: BlockedFPR(float64(shardBits)*float64(best.Shards)/float64(capacity), layout), ShardBits: shardBits, Memory: class * uint64(best.Shards)})
+			FPR:       BlockedFPR(float64(shardBits)*float64(best.Shards)/float64(capacity), layout),
+			ShardBits: shardBits, Parts: parts, PartBits: partBits, Memory: class * uint64(parts*best.Shards)})
 	}
-	if opt.MaxMemory > 0 && best.Memory > opt.MaxMemory {
-		return Plan{}, fmt.Errorf("%w: one window needs %d bytes for %d elements at rate %g, more than the %d bytes allowed; lower the expected elements or raise the rate",
-			ErrInvalidPlan, best.Memory, n, p, opt.MaxMemory)
-	}
-	return best, nil
+	return best
 }
 
-// maxStageShardBits bounds one shard of a stage past the first: 128 MiB.
-// A stage is made in one SET, which Redis passes whole to its replicas,
-// and a replica's output buffer has a hard limit of 256 MB by default.
-const maxStageShardBits = MaxKeyBits / 4
+// maxStagePartBits bounds one key of a stage past the first: 128 MiB.
+// Each key of a stage is made in one SET, which Redis passes whole to its
+// replicas, and a replica's output buffer has a hard limit of 256 MB by
+// default.
+const maxStagePartBits = MaxKeyBits / 4
 
 // perShardCount is what one shard counts as its share of n elements:
 // elements are spread over the shards by hash, evenly on average, with a

@@ -2,6 +2,7 @@ package bloom
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -138,7 +139,7 @@ func TestNewPlanMeetsTarget(t *testing.T) {
 			if plan.ShardBits > MaxKeyBits || plan.ShardBits%WordBits != 0 {
 				t.Errorf("n=%d p=%g: shard of %d bits", n, p, plan.ShardBits)
 			}
-			if plan.Memory < plan.Bits()/8 || float64(plan.Memory) > 1.3*float64(plan.Standard.Bits)/8*memorySlack+1<<16 {
+			if plan.Memory < plan.Bits()/8 || float64(plan.Memory) > 1.3*float64(plan.Standard.Bits)/8*DefaultMemoryFactor+1<<16 {
 				t.Errorf("n=%d p=%g: memory %d for %d bits (classic %d)", n, p, plan.Memory, plan.Bits(), plan.Standard.Bits)
 			}
 		}
@@ -178,6 +179,59 @@ func TestAllocClass(t *testing.T) {
 	} {
 		if got := allocClass(c.in); got != c.want {
 			t.Errorf("allocClass(%d) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}
+
+// The planner's objective: the fewest words whose window, as allocated,
+// is within the memory bound; one word fewer is over it, or is not
+// taken only because no layout is within it.
+func TestPlanTakesFewestWordsWithinTheMemoryBound(t *testing.T) {
+	for _, p := range []float64{1e-3, 1e-6, 1e-9} {
+		for _, n := range []int64{100_000, 7_000_000, 1_000_000_000} {
+			for _, growth := range []float64{1, 64} {
+				for _, factor := range []float64{1.15, DefaultMemoryFactor} {
+					opt := PlanOptions{MaxGrowth: growth, MemoryFactor: factor}
+					pl, err := NewPlan(n, p, opt)
+					if err != nil {
+						t.Fatal(err)
+					}
+					bound := factor * float64(pl.Standard.Bits) / 8
+					name := fmt.Sprintf("n=%d p=%g growth %g factor %g: %v, %d bytes (bound %.0f)", n, p, growth, factor, pl.Layout, pl.Memory, bound)
+					if float64(pl.Memory) > bound {
+						// None within it: the least memory of all.
+						for w := 1; w <= MaxWords; w++ {
+							l, _ := layoutFor(w, p)
+							alt, _ := NewPlan(n, p, PlanOptions{MaxGrowth: growth, Layout: l})
+							if float64(alt.Memory) <= bound || alt.Memory < pl.Memory {
+								t.Errorf("%s: over the bound, where %v takes %d bytes", name, l, alt.Memory)
+							}
+						}
+						continue
+					}
+					if pl.Layout.Words == 1 {
+						continue
+					}
+					fewer, _ := layoutFor(pl.Layout.Words-1, p)
+					opt.Layout = fewer
+					alt, err := NewPlan(n, p, opt)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if float64(alt.Memory) <= bound {
+						t.Errorf("%s: %v takes %d bytes, within the bound, with a word fewer", name, fewer, alt.Memory)
+					}
+				}
+			}
+		}
+	}
+	// At the product's defaults, fewer words than the layout a bound of
+	// 1.15 takes.
+	for _, p := range []float64{1e-6, 1e-9} {
+		def, _ := NewPlan(7_000_000, p, PlanOptions{MaxGrowth: 64})
+		old, _ := NewPlan(7_000_000, p, PlanOptions{MaxGrowth: 64, MemoryFactor: 1.15})
+		if def.Layout.Words >= old.Layout.Words {
+			t.Errorf("p=%g: %v by default, %v at 1.15: want fewer words by default", p, def.Layout, old.Layout)
 		}
 	}
 }

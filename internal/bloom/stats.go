@@ -96,13 +96,16 @@ func (f *Filter) shardStats(ctx context.Context, bucket int64, shard int) (Shard
 	}
 	st.Stages, st.Overfilled, st.TestOnly = g.Stage+1, g.Overfilled, g.TestOnly
 	for i := 1; i <= g.Stage && i < len(f.plan.Stages); i++ {
-		sk := f.StageKey(shard, bucket, i)
-		cctx, cancel := f.callCtx(ctx)
-		n, err := f.client.BitCount(cctx, sk, nil).Result()
-		used, _ := f.client.MemoryUsage(cctx, sk).Result()
-		cancel()
-		if err != nil {
-			return st, fmt.Errorf("%w: reading stats of %s: %w", ErrRedis, sk, err)
+		var n, used int64
+		for _, sk := range f.stageKeys(shard, bucket, i) {
+			cctx, cancel := f.callCtx(ctx)
+			c, err := f.client.BitCount(cctx, sk, nil).Result()
+			u, _ := f.client.MemoryUsage(cctx, sk).Result()
+			cancel()
+			if err != nil {
+				return st, fmt.Errorf("%w: reading stats of %s: %w", ErrRedis, sk, err)
+			}
+			n, used = n+c, used+u
 		}
 		fill, elems, fpr := f.estimate(uint64(n), f.plan.Stages[i].ShardBits)
 		st.Fill, st.Elements, st.FPR, st.Memory = fill, st.Elements+elems, st.FPR+fpr, st.Memory+used

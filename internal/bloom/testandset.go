@@ -183,10 +183,11 @@ func (f *Filter) encode(b *batch, order []int) scriptCall {
 }
 
 // stageTable is the script's stage table (ARGV[8]): the stage count, each
-// stage's capacity per shard, then the words per key and the lead (ms) of
-// stages 1 and up. It is the same for every call of a Filter.
+// stage's capacity per shard, then of stages 1 and up the words per shard,
+// the lead (ms) and the words per key. It is the same for every call of a
+// Filter.
 func stageTable(stages []Stage) []byte {
-	tab := msgp.AppendArrayHeader(nil, uint32(3*len(stages)-1))
+	tab := msgp.AppendArrayHeader(nil, uint32(4*len(stages)-2))
 	tab = msgp.AppendInt(tab, len(stages))
 	for _, st := range stages {
 		tab = msgp.AppendInt64(tab, st.CapacityPerShard)
@@ -196,6 +197,9 @@ func stageTable(stages []Stage) []byte {
 	}
 	for _, st := range stages[1:] {
 		tab = msgp.AppendInt64(tab, StageLead(st).Milliseconds())
+	}
+	for _, st := range stages[1:] {
+		tab = msgp.AppendUint64(tab, st.PartBits/WordBits)
 	}
 	return tab
 }
@@ -248,7 +252,9 @@ func (f *Filter) encodeGroups(b *batch, order []int) int64 {
 
 // bucketRef is the 1-based number of sb among the buckets the call reads.
 // A bucket new to the call gets its entry of ARGV[9] in b.scratch: the
-// key index of its growth record (0 without growth), then of each stage.
+// key index of its growth record (0 without growth), then of each stage
+// (its first part; the others follow it in KEYS, new to the call with
+// the bucket).
 func (f *Filter) bucketRef(b *batch, sb shardBucket) int {
 	if r, ok := b.refOf[sb]; ok {
 		return r
@@ -260,8 +266,11 @@ func (f *Filter) bucketRef(b *batch, sb shardBucket) int {
 		growthRecord = b.key(f.GrowthKey(sb.shard, sb.bucket))
 	}
 	b.scratch = msgp.AppendInt(b.scratch, growthRecord)
-	for st := range f.plan.Stages {
+	for st, stage := range f.plan.Stages {
 		b.scratch = msgp.AppendInt(b.scratch, b.key(f.StageKey(sb.shard, sb.bucket, st)))
+		for pt := 1; pt < stage.Parts; pt++ {
+			b.key(f.PartKey(sb.shard, sb.bucket, st, pt))
+		}
 	}
 	return len(b.refs)
 }

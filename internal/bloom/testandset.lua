@@ -19,10 +19,14 @@
 --         last byte, deadline (Unix time: from then on the oldest key its
 --         elements are tested against may be gone).
 -- ARGV[8] msgpack stage table: S, each stage's capacity per shard, then
---         the words per key of stages 1..S-1, then the lead of stages
---         1..S-1 in milliseconds (see the early trigger below).
+--         the words per shard of stages 1..S-1, then the lead of stages
+--         1..S-1 in milliseconds (see the early trigger below), then the
+--         words per key of stages 1..S-1: a stage of more words than one
+--         key holds is in several keys (parts), word w in part
+--         floor(w / words per key).
 -- ARGV[9] msgpack per bucket: the index of its growth record (0 when S is
---         1), then the key index of each of its S stages.
+--         1), then the key index of each of its S stages (of its first
+--         part; part i is that index plus i).
 --
 -- A bucket's growth record is a hash: k, the stage inserts go to (0 when
 -- absent); n, the elements inserted into it; c, new elements not
@@ -62,12 +66,15 @@ local groupTab = cmsgpack.unpack(ARGV[7])
 local stageTab = cmsgpack.unpack(ARGV[8])
 local bucketTab = cmsgpack.unpack(ARGV[9])
 local S = stageTab[1]
-local capOf, nwOf, leadOf = {}, {}, {}
+local capOf, nwOf, leadOf, perOf, partsOf = {}, {}, {}, {}, {}
 for i = 0, S - 1 do capOf[i] = stageTab[2 + i] end
 if S == 1 then capOf[0] = math.huge end -- one filter, no growth: never full
+partsOf[0] = 1
 for i = 1, S - 1 do
 	nwOf[i] = stageTab[1 + S + i]
 	leadOf[i] = stageTab[2 * S + i]
+	perOf[i] = stageTab[3 * S - 1 + i]
+	partsOf[i] = nwOf[i] / perOf[i]
 end
 -- The fill rate is sampled at most this often (ms): often enough to see a
 -- spike begin, seldom enough that a few batches do not make the sample.
@@ -103,28 +110,74 @@ end
 -- call would be grown, and collected, again each time.
 local ARGS = {}
 
--- offOf is the bit offset of word j of element x in stage st: stage 0's
--- comes with the call, later stages' from the word's position in [0, 1).
-local function offOf(x, st, j)
-	if st == 0 then return wordOffs[wordBase[x] + j] end
+-- place is where word j of element x is in stage st, whose first key has
+-- index base: the key's index and the word's bit offset in it. Stage 0's
+-- offset comes with the call; later stages' from the word's position in
+-- [0, 1), in the part that holds it.
+local function place(base, x, st, j)
+	if st == 0 then return base, wordOffs[wordBase[x] + j] end
+	local w = math.floor(el[(x - 1) * stride + 2 + W + j] * nwOf[st])
+	local per = perOf[st]
+	local pt = math.floor(w / per)
 	-- As a decimal string: Redis versions format Lua numbers of 1e9 and up
 	-- differently, some in a form BITFIELD refuses.
-	return fmt('%d', math.floor(el[(x - 1) * stride + 2 + W + j] * nwOf[st]) * 52)
+	return base + pt, fmt('%d', (w - pt * per) * 52)
 end
 
--- getWords reads words j1..j2 in stage st of the n elements xs[1..n].
-local function getWords(key, st, xs, n, j1, j2)
-	local args, m = ARGS, 0
+-- cached is this call's value of a word (nil when it did not write it).
+local caches = {} -- filter key index -> { word offset -> new value }
+local function cached(k, off)
+	local c = caches[k]
+	return c and c[off]
+end
+
+-- getWords reads words j1..j2 in stage st (first key base) of the n
+-- elements xs[1..n], in that order: one BITFIELD per key it touches.
+local function getWords(base, st, xs, n, j1, j2)
+	if partsOf[st] == 1 then
+		local args, m = ARGS, 0
+		for i = 1, n do
+			local x = xs[i]
+			for j = j1, j2 do
+				local _, off = place(base, x, st, j)
+				args[m + 1] = 'GET'
+				args[m + 2] = 'u52'
+				args[m + 3] = off
+				m = m + 3
+			end
+		end
+		return bitfield(KEYS[base], args, m, 3)
+	end
+	local byKey, m = {}, 0 -- key index -> its GETs, and where each reply goes
 	for i = 1, n do
 		local x = xs[i]
 		for j = j1, j2 do
-			args[m + 1] = 'GET'
-			args[m + 2] = 'u52'
-			args[m + 3] = offOf(x, st, j)
-			m = m + 3
+			m = m + 1
+			local k, off = place(base, x, st, j)
+			local a = byKey[k]
+			if a == nil then
+				a = { n = 0, at = {} }
+				byKey[k] = a
+			end
+			local c = a.n
+			a[3 * c + 1], a[3 * c + 2], a[3 * c + 3] = 'GET', 'u52', off
+			a.n, a.at[c + 1] = c + 1, m
 		end
 	end
-	return bitfield(key, args, m, 3)
+	local out = {}
+	for k, a in pairs(byKey) do
+		local r = bitfield(KEYS[k], a, 3 * a.n, 3)
+		for i = 1, a.n do out[a.at[i]] = r[i] end
+	end
+	return out
+end
+
+-- made reports whether every part of stage st (first key base) exists.
+local function made(base, st)
+	local np = partsOf[st]
+	local ks = {}
+	for pt = 1, np do ks[pt] = KEYS[base + pt - 1] end
+	return redis.call('EXISTS', unpack(ks)) == np
 end
 
 -- growthRecordOf is the key index of a bucket's growth record (0 when S
@@ -234,35 +287,33 @@ end
 -- elements are visible to the next bucket's test of its previous bucket.
 -- A word holds a mask when band(high 26 bits) and band(low 26 bits) do.
 -- Every stage a bucket has is tested; inserts go to its newest.
-local caches = {} -- filter key index -> { word offset -> new value }
-local EMPTY = {} -- the cache of a key this call has not written
+local touched = {} -- first key index of the stages this call writes
 local wants, needs = {}, {} -- "ref:stage" due ahead; needed now (refused)
 local dirtyOf = {} -- filter key index -> { n, offsets... }
 local written = {} -- key index -> expiry, for the keys written
 local lastByteOf = {} -- stage 0 key index -> bit offset of its last byte
 
--- inStage tests the candidates xs[1..n] against stage st of a key: the
--- first word for all, the others only where the first holds, with the
--- writes of this call seen through the key's cache. It sets hit[x] and
--- returns the candidates it did not hold.
+-- inStage tests the candidates xs[1..n] against stage st (first key
+-- keyIdx): the first word for all, the others only where the first holds,
+-- with the writes of this call seen through the keys' caches. It sets
+-- hit[x] and returns the candidates it did not hold.
 local function inStage(keyIdx, st, xs, n, hit)
-	local kc = caches[keyIdx] or EMPTY
-	local first = getWords(KEYS[keyIdx], st, xs, n, 1, 1)
+	local first = getWords(keyIdx, st, xs, n, 1, 1)
 	local more, nm = {}, 0
 	for i = 1, n do
 		local x = xs[i]
-		if holds(kc[offOf(x, st, 1)] or first[i], el[(x - 1) * stride + 3]) then
+		if holds(cached(place(keyIdx, x, st, 1)) or first[i], el[(x - 1) * stride + 3]) then
 			nm = nm + 1
 			more[nm] = x
 		end
 	end
-	local rest = W > 1 and getWords(KEYS[keyIdx], st, more, nm, 2, W) or {}
+	local rest = W > 1 and getWords(keyIdx, st, more, nm, 2, W) or {}
 	for i = 1, nm do
 		local x = more[i]
 		local base, rb = (x - 1) * stride + 1, (i - 1) * (W - 1) - 1
 		local all = true
 		for j = 2, W do
-			if not holds(kc[offOf(x, st, j)] or rest[rb + j], el[base + 1 + j]) then
+			if not holds(cached(place(keyIdx, x, st, j)) or rest[rb + j], el[base + 1 + j]) then
 				all = false
 				break
 			end
@@ -289,7 +340,7 @@ for g = 1, nb do
 		-- The newest stage is read whole, as the words inserts will change;
 		-- the older ones, full, are tested like the neighbours.
 		local k0 = gs.k
-		local vals = getWords(KEYS[stageKey(ref, k0)], k0, xs, n, 1, W)
+		local vals = getWords(stageKey(ref, k0), k0, xs, n, 1, W)
 		local hit = {}
 		local cand, nc = {}, 0
 		-- With one stage and no neighbour (a fixed window that has not
@@ -346,14 +397,19 @@ for g = 1, nb do
 			local dup, wb = hit[x], wordBase[x]
 			for st = k0, gs.k do
 				if dup then break end
-				local kc = caches[keyOf[st]] or EMPTY
 				-- Without writes in this call, stage k0 holds what vals
 				-- held, tested above if pretest.
-				if kc ~= EMPTY or st ~= k0 or not pretest then
+				if touched[keyOf[st]] or st ~= k0 or not pretest then
 					local all = true
+					local c0 = st == 0 and caches[keyOf[0]] -- stage 0: inline, the common case
 					for j = 1, W do
-						local off = st == 0 and wordOffs[wb + j] or offOf(x, st, j)
-						local v = kc[off] or (st == k0 and vals[vb + j]) or 0
+						local v
+						if st == 0 then
+							v = c0 and c0[wordOffs[wb + j]]
+						else
+							v = cached(place(keyOf[st], x, st, j))
+						end
+						v = v or (st == k0 and vals[vb + j]) or 0
 						if not holds(v, el[base + 1 + j]) then
 							all = false
 							break
@@ -367,7 +423,7 @@ for g = 1, nb do
 			else
 				verdict[x] = 'N'
 				if gs.n >= capOf[gs.k] and gs.k + 1 < S then
-					if redis.call('EXISTS', KEYS[keyOf[gs.k + 1]]) == 1 then
+					if made(keyOf[gs.k + 1], gs.k + 1) then
 						gs.k, gs.n, gs.dirty = gs.k + 1, 0, true
 						gs.x = math.max(gs.x, gs.k)
 					else
@@ -381,20 +437,21 @@ for g = 1, nb do
 					gs.c, gs.dirty = gs.c + 1, true
 				else
 					gs.n, gs.a, gs.dirty = gs.n + 1, gs.a + 1, true
-					local keyIdx = keyOf[gs.k]
-					local c = caches[keyIdx]
-					if c == nil then
-						c = {}
-						caches[keyIdx] = c
-						dirtyOf[keyIdx] = { 0 }
-						written[keyIdx] = expiry
-					end
-					local d = dirtyOf[keyIdx]
+					touched[keyOf[gs.k]] = true
 					for j = 1, W do
-						local off = gs.k == 0 and wordOffs[wb + j] or offOf(x, gs.k, j)
+						local keyIdx, off = keyOf[0], wordOffs[wb + j]
+						if gs.k > 0 then keyIdx, off = place(keyOf[gs.k], x, gs.k, j) end
+						local c = caches[keyIdx]
+						if c == nil then
+							c = {}
+							caches[keyIdx] = c
+							dirtyOf[keyIdx] = { 0 }
+							written[keyIdx] = expiry
+						end
 						local v = c[off]
 						if v == nil then
 							v = (gs.k == k0 and vals[vb + j]) or 0
+							local d = dirtyOf[keyIdx]
 							d[1] = d[1] + 1
 							d[d[1] + 1] = off
 						end
@@ -424,7 +481,7 @@ for g = 1, nb do
 			-- lead (at once when it is full), until it is seen made.
 			local nxt = gs.k + 1
 			if gs.x < nxt and capOf[gs.k] - gs.n <= gs.r * leadOf[nxt] / 1000 then
-				if redis.call('EXISTS', KEYS[keyOf[nxt]]) == 1 then
+				if made(keyOf[nxt], nxt) then
 					gs.x, gs.dirty = nxt, true
 				else
 					wants[#wants + 1] = ref .. ':' .. nxt

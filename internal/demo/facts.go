@@ -32,16 +32,19 @@ func redisFacts(ctx context.Context, rc redis.UniversalClient, f *bloom.Filter, 
 		}
 		for _, x := range st[:min(shards, len(st))] {
 			for stage := range max(x.Stages, 1) {
-				n, err := rc.MemoryUsage(ctx, f.StageKey(x.Shard, b, stage)).Result()
-				if errors.Is(err, redis.Nil) {
-					continue // expired already: a window shorter than the run
+				plan := f.Plan().Stages[stage]
+				for pt := range plan.Parts {
+					n, err := rc.MemoryUsage(ctx, f.PartKey(x.Shard, b, stage, pt)).Result()
+					if errors.Is(err, redis.Nil) {
+						continue // expired already: a window shorter than the run
+					}
+					if err != nil {
+						return fmt.Errorf("MEMORY USAGE: %w", err)
+					}
+					res.FilterKeyBytes += n
+					res.FilterKeys++
+					res.PlannedKeyBytes += int64(plan.Memory) / int64(shards*plan.Parts)
 				}
-				if err != nil {
-					return fmt.Errorf("MEMORY USAGE: %w", err)
-				}
-				res.FilterKeyBytes += n
-				res.FilterKeys++
-				res.PlannedKeyBytes += int64(f.Plan().Stages[stage].Memory) / int64(shards)
 			}
 		}
 	}
