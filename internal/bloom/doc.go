@@ -14,12 +14,17 @@
 // p = 1e-6 is what makes naive Lua filters slow. Instead an element picks
 // Words words of 52 bits and sets BitsPerWord bits in each (a blocked
 // filter with several blocks). Testing and setting an element is then one
-// read and one write per word: 4 and 4 at p = 1e-6 instead of 20. Fewer
+// read and one write per word: 3 and 3 at p = 1e-6 instead of 20. Fewer
 // words cost memory, because words fill unevenly; BlockedFPR gives the
-// exact rate of a layout (a Poisson mixture over word loads), tests check
-// it against simulation and against Redis, and NewPlan picks the fewest
-// words whose memory stays within 15% of a classic filter's: at p = 1e-6,
-// 4 words of 4 bits at 32.9 bits per element against 28.8.
+// exact rate of a layout (a Poisson mixture over word loads), and tests
+// check it against simulation and against Redis. NewPlan's objective is
+// the least Redis work within a memory bound: the fewest words whose
+// window, as allocated, takes at most PlanOptions.MemoryFactor (1.5 by
+// default) times the memory of a classic filter. At p = 1e-6 that is 3
+// words of 5 bits at 37.0 bits per element against 28.8; at 1e-9, 4 words
+// of 5 bits at 59.6 bits against 43.1, or 5 words where the allocator's
+// rounding takes 4 past the bound. PlanOptions.Layout sets a layout
+// instead, as an earlier version chose it, to keep its keys.
 //
 // # Positions
 //
@@ -90,13 +95,17 @@
 // rounding), and each later stage about 1.4 bits more per step of
 // tightening. Every stage keeps the layout chosen for p, so a window that
 // never grows makes the same Redis calls per element as a lone filter;
-// later stages buy their rate with bits. A stage that would not fit one Redis string per
-// shard ends the chain (more shards lengthen it).
+// later stages buy their rate with bits. Stage 0 alone sets the shard
+// count; a later stage larger than one key of 128 MiB per shard is split
+// into parts, keys under the shard's hash tag (PartKey), word w of the
+// stage in part w / (PartBits/WordBits), so that a window that does not
+// grow is not spread over the shards its largest stage would need. A
+// stage that would take more than MaxShards keys in all ends the chain.
 //
 // Counting is exact: the script counts the elements it inserts in the
 // growth record (GrowthKey), a small hash under the shard's hash tag, in
 // the same call. The script never allocates a stage: a stage is made whole,
-// in one SET NX with its expiry, by Grow (the maintenance) or by a batch
+// each part in one SET NX with its expiry, by Grow (the maintenance) or by a batch
 // that needs it, and a stage full hands over to the next only if that
 // exists. Every new element a window holds is inserted, up to the cap:
 //
