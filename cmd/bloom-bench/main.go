@@ -185,9 +185,13 @@ func run(ctx context.Context, o options) error {
 	defer srv.Stop()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, ReadTimeout: 30 * time.Second})
 	defer c.Close()
+	server := "redis"
 	version, _ := redisproc.InfoField(ctx, c, "server", "redis_version")
-	fmt.Printf("redis %s, %d IDs of 16 bytes, %.0f%% duplicates, batches of %d, p = %g, %v windows, lag bound %v, growth up to %gx, load %g of the plan\n",
-		version, o.n, o.dup*100, o.batch, o.p, o.window, o.maxLag, o.growth, o.load)
+	if v, err := redisproc.InfoField(ctx, c, "server", "valkey_version"); err == nil && v != "" {
+		server, version = "valkey", v // Valkey gives the Redis version it is compatible with as redis_version
+	}
+	fmt.Printf("%s %s, %d IDs of 16 bytes, %.0f%% duplicates, batches of %d, p = %g, %v windows, lag bound %v, growth up to %gx, load %g of the plan\n",
+		server, version, o.n, o.dup*100, o.batch, o.p, o.window, o.maxLag, o.growth, o.load)
 
 	var results []result
 	for _, m := range strings.Split(o.methods, ",") {
