@@ -114,3 +114,14 @@ func TestParseLayout(t *testing.T) {
 		}
 	}
 }
+
+// A set layout is checked as a chosen one is: its range, and the memory
+// cap.
+func TestSetLayoutIsChecked(t *testing.T) {
+	if _, err := NewPlan(1000, 1e-6, PlanOptions{Layout: Layout{9, 4}}); !errors.Is(err, ErrInvalidPlan) {
+		t.Errorf("9 words: %v, want ErrInvalidPlan", err)
+	}
+	if _, err := NewPlan(1_000_000, 1e-6, PlanOptions{Layout: Layout{3, 5}, MaxMemory: 1 << 20}); !errors.Is(err, ErrInvalidPlan) {
+		t.Errorf("over MaxMemory: %v, want ErrInvalidPlan", err)
+	}
+}

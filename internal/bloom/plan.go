@@ -151,13 +151,18 @@ func layoutFor(w int, p float64) (Layout, float64) {
 // Plan.Layout prints in dedupe-worker plan.
 func ParseLayout(s string) (Layout, error) {
 	var l Layout
-	if _, err := fmt.Sscanf(s, "%dx%d", &l.Words, &l.BitsPerWord); err != nil || fmt.Sprintf("%dx%d", l.Words, l.BitsPerWord) != s {
+	if _, err := fmt.Sscanf(s, "%dx%d", &l.Words, &l.BitsPerWord); err != nil || l.String() != s {
 		return Layout{}, fmt.Errorf("%w: layout %q: want words x bits per word, as 4x4", ErrInvalidPlan, s)
 	}
+	return l, l.check()
+}
+
+// check refuses a layout of words or bits per word out of range.
+func (l Layout) check() error {
 	if l.Words < 1 || l.Words > MaxWords || l.BitsPerWord < 1 || l.BitsPerWord > MaxBitsPerWord {
-		return Layout{}, fmt.Errorf("%w: layout %q: want 1 to %d words of 1 to %d bits", ErrInvalidPlan, s, MaxWords, MaxBitsPerWord)
+		return fmt.Errorf("%w: layout %v: want 1 to %d words of 1 to %d bits", ErrInvalidPlan, l, MaxWords, MaxBitsPerWord)
 	}
-	return l, nil
+	return nil
 }
 
 func (l Layout) String() string { return fmt.Sprintf("%dx%d", l.Words, l.BitsPerWord) }
@@ -357,10 +362,11 @@ func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
 		return Plan{}, fmt.Errorf("%w: memory factor is %g, want 1 to %d", ErrInvalidPlan, factor, MaxMemoryFactor)
 	}
 	if opt.Layout != (Layout{}) {
-		if _, err := ParseLayout(opt.Layout.String()); err != nil {
+		if err := opt.Layout.check(); err != nil {
 			return Plan{}, err
 		}
-		return sizePlan(n, p, opt.Layout, minShards, growth), nil
+		pl := sizePlan(n, p, opt.Layout, minShards, growth)
+		return pl, checkMemory(pl, opt)
 	}
 	// The fewest words within the bound; failing that, the least memory.
 	bound := factor * float64(StandardSizing(n, p).Bits) / 8
