@@ -53,6 +53,8 @@ type options struct {
 	// and DEDUPE_LAYOUT do.
 	memoryFactor float64
 	layout       string
+	// shards is the least shards per window, as DEDUPE_SHARDS.
+	shards int
 }
 
 // cases are named runs: flags given beside one override it.
@@ -84,6 +86,7 @@ func main() {
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the ID stream")
 	flag.Float64Var(&o.load, "load", 1, "distinct IDs over the filter's planned n: above 1 the window grows (with -growth above 1)")
 	flag.Float64Var(&o.growth, "growth", d.MaxGrowth, "how far a window may grow past its planned n (DEDUPE_MAX_GROWTH; 1: no growth)")
+	flag.IntVar(&o.shards, "shards", d.Shards, "least keys per window (DEDUPE_SHARDS)")
 	flag.Float64Var(&o.memoryFactor, "memory-factor", d.MemoryFactor, "most memory per ID as a multiple of a classic filter's, within which the planner takes the fewest words (DEDUPE_MEMORY_FACTOR)")
 	flag.StringVar(&o.layout, "layout", d.Layout, "words x bits per word (4x4) instead of the planner's choice (DEDUPE_LAYOUT)")
 	flag.DurationVar(&o.maxLag, "max-lag", d.MaxLag, "lag bound (DEDUPE_MAX_LAG): a run that outlasts it past its window's end gets late verdicts and fails")
@@ -301,7 +304,7 @@ const partitions = 8
 
 func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode) (result, error) {
 	distinct := int64(math.Round(float64(o.n) * (1 - o.dup)))
-	opt := bloom.PlanOptions{MaxGrowth: o.growth, MemoryFactor: o.memoryFactor}
+	opt := bloom.PlanOptions{MinShards: o.shards, MaxGrowth: o.growth, MemoryFactor: o.memoryFactor}
 	if o.layout != "" {
 		var err error
 		if opt.Layout, err = bloom.ParseLayout(o.layout); err != nil {

@@ -170,7 +170,7 @@ func plan(args []string, stdout, stderr io.Writer) int {
 			if *layout != "" {
 				fmt.Fprintf(stdout, "layout: %s, as set (-layout, DEDUPE_LAYOUT): W words of B bits per ID\n", *layout)
 			} else {
-				fmt.Fprintf(stdout, "layout: the fewest words per ID (each a Redis read, and a write for a new ID) whose window takes at most %gx the memory of a classic filter (-memory-factor, DEDUPE_MEMORY_FACTOR); WxB is W words of B bits\n", *factor)
+				fmt.Fprintf(stdout, "layout: the fewest words per ID (each a Redis read, and a write for a new ID), then the fewest shards (each a script call per batch), whose window takes at most %gx the memory of a classic filter at stage 0's rate (-memory-factor, DEDUPE_MEMORY_FACTOR); WxB is W words of B bits\n", *factor)
 			}
 		}
 		fmt.Fprintf(tw, "%d\t%v\t%g\t%dx%d\t%d\t%.1f\t%.1f (%d)\t%.0f\t%d\t%.0f\t%.2g\n", *n, *window, target,

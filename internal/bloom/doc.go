@@ -18,9 +18,11 @@
 // words cost memory, because words fill unevenly; BlockedFPR gives the
 // exact rate of a layout (a Poisson mixture over word loads), and tests
 // check it against simulation and against Redis. NewPlan's objective is
-// the least Redis work within a memory bound: the fewest words whose
-// window, as allocated, takes at most PlanOptions.MemoryFactor (1.5 by
-// default) times the memory of a classic filter. At p = 1e-6 that is 3
+// the least Redis work within a memory bound: the fewest words, then the
+// fewest shards (each a script call per batch), whose window, as
+// allocated, takes at most PlanOptions.MemoryFactor (1.5 by default)
+// times the memory of a classic filter at stage 0's rate (p without
+// growth, its share of p with growth). At p = 1e-6 that is 3
 // words of 5 bits at 37.0 bits per element against 28.8; at 1e-9, 4 words
 // of 5 bits at 59.6 bits against 43.1, or 5 words where the allocator's
 // rounding takes 4 past the bound. PlanOptions.Layout sets a layout

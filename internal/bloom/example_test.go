@@ -24,7 +24,7 @@ func ExampleNewPlan() {
 	}
 	// Output:
 	// n=7000000: 3 words x 5 bits, 1 shard(s), 38.3 bits/element (classic 28.8, k=20), 32 MiB, achieved p 7.3e-07
-	// n=1000000000: 3 words x 5 bits, 23 shard(s), 37.0 bits/element (classic 28.8, k=20), 4416 MiB, achieved p 9.9e-07
+	// n=1000000000: 3 words x 5 bits, 18 shard(s), 38.7 bits/element (classic 28.8, k=20), 4608 MiB, achieved p 6.7e-07
 }
 
 func ExampleFilter_TestAndSet() {

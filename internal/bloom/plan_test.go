@@ -184,8 +184,9 @@ func TestAllocClass(t *testing.T) {
 }
 
 // The planner's objective: the fewest words whose window, as allocated,
-// is within the memory bound; one word fewer is over it, or is not
-// taken only because no layout is within it.
+// is within the memory bound, in the fewest shards; one word fewer or one
+// shard fewer is over it, or is not taken only because no layout is within
+// it. The bound is a classic filter's memory at stage 0's share of p.
 func TestPlanTakesFewestWordsWithinTheMemoryBound(t *testing.T) {
 	for _, p := range []float64{1e-3, 1e-6, 1e-9} {
 		for _, n := range []int64{100_000, 7_000_000, 1_000_000_000} {
@@ -196,12 +197,13 @@ func TestPlanTakesFewestWordsWithinTheMemoryBound(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					bound := factor * float64(pl.Standard.Bits) / 8
-					name := fmt.Sprintf("n=%d p=%g growth %g factor %g: %v, %d bytes (bound %.0f)", n, p, growth, factor, pl.Layout, pl.Memory, bound)
+					p0 := stageZeroRate(p, growth)
+					bound := factor * float64(StandardSizing(n, p0).Bits) / 8
+					name := fmt.Sprintf("n=%d p=%g growth %g factor %g: %v in %d shards, %d bytes (bound %.0f)", n, p, growth, factor, pl.Layout, pl.Shards, pl.Memory, bound)
 					if float64(pl.Memory) > bound {
 						// None within it: the least memory of all.
 						for w := 1; w <= MaxWords; w++ {
-							l, _ := layoutFor(w, p)
+							l, _ := layoutFor(w, p0)
 							alt, _ := NewPlan(n, p, PlanOptions{MaxGrowth: growth, Layout: l})
 							if float64(alt.Memory) <= bound || alt.Memory < pl.Memory {
 								t.Errorf("%s: over the bound, where %v takes %d bytes", name, l, alt.Memory)
@@ -209,10 +211,16 @@ func TestPlanTakesFewestWordsWithinTheMemoryBound(t *testing.T) {
 						}
 						continue
 					}
+					for s := 1; s < pl.Shards; s++ {
+						// Without a bound, sizePlan takes its least shard count.
+						if alt := sizePlan(n, p, pl.Layout, s, growth, math.Inf(1)); alt.Shards == s && float64(alt.Memory) <= bound {
+							t.Errorf("%s: %d shards take %d bytes, within the bound", name, s, alt.Memory)
+						}
+					}
 					if pl.Layout.Words == 1 {
 						continue
 					}
-					fewer, _ := layoutFor(pl.Layout.Words-1, p)
+					fewer, _ := layoutFor(pl.Layout.Words-1, p0)
 					opt.Layout = fewer
 					alt, err := NewPlan(n, p, opt)
 					if err != nil {
