@@ -477,8 +477,8 @@ func TestPreallocateMakesFullKeysWithTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if uint64(n) != f.Plan().ShardBits/8 {
-		t.Errorf("preallocated %d bytes, want %d", n, f.Plan().ShardBits/8)
+	if uint64(n) != keyBytes(f.Plan().ShardBits) {
+		t.Errorf("preallocated %d bytes, want %d", n, keyBytes(f.Plan().ShardBits))
 	}
 	mem, err := c.MemoryUsage(t.Context(), key).Result()
 	if err != nil {

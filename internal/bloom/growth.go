@@ -54,7 +54,7 @@ func makeTimeout(callTimeout time.Duration, size uint64) time.Duration {
 // stageMakeTimeout bounds the making of one shard's stage st: its parts,
 // one after the other.
 func stageMakeTimeout(callTimeout time.Duration, st Stage) time.Duration {
-	return time.Duration(st.Parts) * makeTimeout(callTimeout, st.PartBits/8)
+	return time.Duration(st.Parts) * makeTimeout(callTimeout, keyBytes(st.PartBits))
 }
 
 // stageRef names one stage of one shard of a bucket.
@@ -103,7 +103,7 @@ func (f *Filter) makeStage(ctx context.Context, r stageRef) (makeResult, error) 
 			o.g.grown.Inc()
 			st := f.plan.Stages[r.stage]
 			o.log.Info("window grew: next stage made", zap.Time("window", f.cfg.Window.Start(r.bucket)), zap.Int("shard", r.shard),
-				zap.Int("stage", r.stage), zap.Int("parts", made), zap.Uint64("bytes", uint64(made)*st.PartBits/8), zap.Duration("took", time.Since(start)))
+				zap.Int("stage", r.stage), zap.Int("parts", made), zap.Uint64("bytes", uint64(made)*keyBytes(st.PartBits)), zap.Duration("took", time.Since(start)))
 		}
 	}
 	return res, nil
@@ -133,7 +133,7 @@ func (f *Filter) makePart(ctx context.Context, r stageRef, pt int) (makeResult, 
 	if n == 1 {
 		return stageExists, nil
 	}
-	size := f.plan.Stages[r.stage].PartBits / 8
+	size := keyBytes(f.plan.Stages[r.stage].PartBits)
 	timeout := makeTimeout(f.cfg.CallTimeout, size)
 	cctx, cancel = f.callCtx(ctx)
 	// The lock outlives the SET's own time-out, which starts after it.
@@ -200,7 +200,7 @@ func (f *Filter) Grow(ctx context.Context, t time.Time) ([]ShardStage, error) {
 				return made, err
 			}
 			if res == stageMade {
-				made = append(made, ShardStage{Bucket: b, Shard: s, Stage: next, Bytes: f.plan.Stages[next].ShardBits / 8})
+				made = append(made, ShardStage{Bucket: b, Shard: s, Stage: next, Bytes: uint64(f.plan.Stages[next].Parts) * keyBytes(f.plan.Stages[next].PartBits)})
 			}
 		}
 	}
@@ -226,7 +226,7 @@ func (f *Filter) makeWanted(ctx context.Context) ([]ShardStage, error) {
 			return made, err
 		}
 		if res == stageMade {
-			made = append(made, ShardStage{Bucket: r.bucket, Shard: r.shard, Stage: r.stage, Bytes: f.plan.Stages[r.stage].ShardBits / 8})
+			made = append(made, ShardStage{Bucket: r.bucket, Shard: r.shard, Stage: r.stage, Bytes: uint64(f.plan.Stages[r.stage].Parts) * keyBytes(f.plan.Stages[r.stage].PartBits)})
 		}
 	}
 	return made, nil

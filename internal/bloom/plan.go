@@ -488,6 +488,12 @@ func sizePlan(n int64, p float64, layout Layout, minShards int, growth, bound fl
 	return best
 }
 
+// keyBytes is the length of a key of bits bits: a bitmap's last byte may
+// be partly used (bits is a multiple of WordBits, which 8 does not divide).
+// A key made shorter would grow, and be reallocated, by the first write to
+// its last word.
+func keyBytes(bits uint64) uint64 { return (bits + 7) / 8 }
+
 // maxStagePartBits bounds one key of a stage past the first: 128 MiB.
 // Each key of a stage is made in one SET, which Redis passes whole to its
 // replicas, and a replica's output buffer has a hard limit of 256 MB by

@@ -32,7 +32,7 @@ func (f *Filter) Preallocate(ctx context.Context, t time.Time) error {
 			continue
 		}
 		if zeros == nil {
-			zeros = make([]byte, f.plan.ShardBits/8)
+			zeros = make([]byte, keyBytes(f.plan.ShardBits))
 		}
 		cctx, cancel = f.callCtx(ctx)
 		err = f.client.SetArgs(cctx, key, zeros, redis.SetArgs{Mode: "NX", ExpireAt: exp}).Err()
@@ -57,6 +57,6 @@ const preallocatePasses = 3
 // earlier, the next bucket's memory is held for nothing: a daily window
 // made a day ahead holds two windows all day.
 func PreallocateLead(p Plan, w Window, callTimeout time.Duration) time.Duration {
-	lead := preallocatePasses*(slowEvery+growEvery) + time.Duration(p.Shards)*makeTimeout(callTimeout, p.ShardBits/8)
+	lead := preallocatePasses*(slowEvery+growEvery) + time.Duration(p.Shards)*makeTimeout(callTimeout, keyBytes(p.ShardBits))
 	return min(lead, w.Length)
 }
