@@ -186,8 +186,8 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	if err != nil || !pl.Growth() {
 		return 0
 	}
-	fmt.Fprintf(stdout, "\ngrowth at p = %g: up to %d stages, each taking the window to %dx at half the rate of the one before, %d IDs per window in all (%.0fx)\n",
-		*p, len(pl.Stages), bloom.GrowthFactor, pl.Capacity(), float64(pl.Capacity())/float64(*n))
+	fmt.Fprintf(stdout, "\ngrowth at p = %g: up to %d stages, the first at %g of p, each next taking the window to %dx at half the rate of the one before, %d IDs per window in all (%.0fx)\n",
+		*p, len(pl.Stages), bloom.StageZeroShare, bloom.GrowthFactor, pl.Capacity(), float64(pl.Capacity())/float64(*n))
 	if float64(pl.Capacity()) < *growth*float64(*n) {
 		fmt.Fprintf(stdout, "a further stage would take more than %d keys of 128 MiB: the window grows to %.0fx, not %gx\n",
 			bloom.MaxShards, float64(pl.Capacity())/float64(*n), *growth)

@@ -75,29 +75,34 @@
 // PlanOptions.MaxGrowth above 1, each (bucket, shard) filter is a chain of
 // stages, after Almeida, Baquero, Preguiça and Hutchison ("Scalable Bloom
 // Filters", 2007). Stage 0 holds n; stage i >= 1 holds n(s^i - s^(i-1)),
-// so stages 0..i hold s^i n in all; stage i's rate is p_i = p_0*r^i, with
-// s = GrowthFactor = 4 and r = TighteningRatio = 1/2. An element is tested
+// so stages 0..i hold s^i n in all, with s = GrowthFactor = 4. Stage 0 is
+// sized for p_0 = 0.9p (StageZeroShare); stage i >= 1's rate is
+// p_i = q r^(i-1), with r = TighteningRatio = 1/2 and q chosen so that the
+// later stages share what stage 0 leaves of p when full (filling the
+// allocator's size class leaves it below p_0). An element is tested
 // in every stage of its bucket (and of the neighbours in Rolling mode) and
 // inserted in the newest, so a new element is taken for a member with
 // probability at most the sum of the stages' rates, each at most its own
 // while the stage holds no more than its capacity. The chain is capped (K
-// stages hold s^(K-1) n >= MaxGrowth*n), so the rates are normalised over
-// the K stages:
-// p_0 = p(1-r)/(1-r^K), and the sum is exactly p at the cap, below it
-// before.
+// stages hold s^(K-1) n >= MaxGrowth*n), and the sum is at most p at the
+// cap, below it before.
 //
 // Why these: s = 4 reaches 64n (the default cap) in 4 stages, so an
 // element is tested in at most 4 stages of a bucket (every stage is one
-// more read per new element; the chain is at most MaxStages long), and a window at 4, 16 or 64 times its plan has filled its
-// stages exactly: memory follows the load within a factor of 4 between
-// those points, and at them is within 1.3 times that of one filter
-// planned for the load. r = 1/2 gives stage 0 a little more than half of p
-// (8/15 with 4 stages), which costs it about 1.4 bits per element more than
-// a lone filter (5 to 7% of the memory at 1e-6, with the allocator's
-// rounding), and each later stage about 1.4 bits more per step of
-// tightening. Every stage keeps the layout chosen for p, so a window that
-// never grows makes the same Redis calls per element as a lone filter;
-// later stages buy their rate with bits. Stage 0 alone sets the shard
+// more read per new element; the chain is at most MaxStages long), and a
+// window at 4, 16 or 64 times its plan has filled its stages exactly:
+// memory follows the load within a factor of 4 between those points. A
+// window at its plan, by far the common case, costs what a lone filter
+// costs: stage 0 at 0.9p takes 0.4 bits per element more than a lone
+// filter at p (3x5 at 1e-6). The classic split, p_0 = p(1-r)/(1-r^K)
+// (8/15 of p with 4 stages), cost 2.6 bits, and the allocator's rounding
+// turned that into 3 shards of 12 MiB instead of 1 of 32 for the seed's
+// 7M IDs at 1e-6: two more script calls per batch. The later stages pay
+// instead, 3 to 4 bits per element more each (7% more memory at 64n), and
+// only in windows that grow; at 1e-9 the allocator's classes absorb it.
+// Every stage keeps the layout chosen for p_0, so a window that never
+// grows makes the same Redis calls per element as a lone filter; later
+// stages buy their rate with bits. Stage 0 alone sets the shard
 // count; a later stage larger than one key of 128 MiB per shard is split
 // into parts, keys under the shard's hash tag (PartKey), word w of the
 // stage in part w / (PartBits/WordBits), so that a window that does not

@@ -59,6 +59,36 @@ func batchOf(prefix string, from, to int, at time.Time) []Element {
 	return es
 }
 
+// fillStage0 fills stage 0 of the one shard of f's window at at: its
+// capacity of distinct IDs prefix-0.. in one call, then one more ID per
+// call while a false positive (not inserted) left it short. It returns
+// the next ID's number.
+func fillStage0(t testing.TB, f *Filter, at time.Time, prefix string) int {
+	t.Helper()
+	capacity := int(f.plan.Stages[0].CapacityPerShard)
+	if f.plan.Shards != 1 {
+		t.Fatalf("fillStage0 fills one shard, the plan has %d", f.plan.Shards)
+	}
+	verdicts(t, f, batchOf(prefix, 0, capacity, at)...)
+	next := capacity
+	for ; ; next++ {
+		g, err := f.growth(t.Context(), 0, f.cfg.Window.Bucket(at))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Stage != 0 || g.Held > int64(capacity) {
+			t.Fatalf("%+v after %d IDs: want stage 0 filled to %d", g, next, capacity)
+		}
+		if g.Held == int64(capacity) {
+			return next
+		}
+		if next > 2*capacity {
+			t.Fatalf("stage 0 holds %d of %d after %d IDs", g.Held, capacity, next)
+		}
+		verdicts(t, f, batchOf(prefix, next, next+1, at)...)
+	}
+}
+
 // fillTo decides distinct IDs prefix-from..prefix-to in batches of 100,
 // making the next stage when a call asks for it, as the maintenance does,
 // and returns how many were taken for duplicates: false positives, since
@@ -241,9 +271,8 @@ func TestGrowthCap(t *testing.T) {
 	if len(f.plan.Stages) != 2 {
 		t.Fatalf("%d stages for a growth of 4, want 2", len(f.plan.Stages))
 	}
-	// Racing makers: stage 1 once stage 0 is full, in one call (a rate
-	// measured over several could ask for the stage earlier).
-	verdicts(t, f, batchOf("a", 0, 1000, at)...)
+	// Racing makers: stage 1 once stage 0 is full.
+	fillStage0(t, f, at, "a")
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	made := 0
@@ -523,13 +552,13 @@ func TestGrowthWaitRunsOut(t *testing.T) {
 	c := testenv.RedisClient(t, srv)
 	at := testenv.Now()
 	f := growingFilter(t, c, at, 1000, 1e-3, 64, func(cfg *Config) { cfg.GrowthWait = 300 * time.Millisecond })
-	verdicts(t, f, batchOf("w", 0, 1000, at)...)
+	next := fillStage0(t, f, at, "w")
 	b := f.cfg.Window.Bucket(at)
 	lock := f.StageKey(0, b, 1) + ":making"
 	if err := c.Set(t.Context(), lock, 1, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	es := batchOf("w", 1000, 1100, at)
+	es := batchOf("w", next, next+100, at)
 	start := time.Now()
 	if _, err := f.TestAndSet(t.Context(), es); !errors.Is(err, ErrGrowthWait) {
 		t.Fatalf("stage locked by another maker: %v, want ErrGrowthWait", err)

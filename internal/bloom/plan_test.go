@@ -128,7 +128,25 @@ func TestBlockedFPRMatchesSimulation(t *testing.T) {
 
 func TestNewPlanMeetsTarget(t *testing.T) {
 	for _, p := range []float64{1e-2, 1e-3, 1e-4, 1e-6, 1e-9} {
-		for _, n := range []int64{1000, 7_000_000, 1_000_000_000} {
+		for _, n := range []int64{100, 1000, 7_000_000, 1_000_000_000} {
+			for _, growth := range []float64{4, 64} {
+				// With growth every stage meets its rate, stage 0 its share
+				// of p, and all together p.
+				plan, err := NewPlan(n, p, PlanOptions{MaxGrowth: growth})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var sum float64
+				for i, st := range plan.Stages {
+					if !(st.FPR > 0) || st.Parts < 1 || st.ShardBits != uint64(st.Parts)*st.PartBits {
+						t.Errorf("n=%d p=%g growth %g: stage %d: %+v", n, p, growth, i, st)
+					}
+					sum += st.FPR
+				}
+				if plan.AchievedFPR > p*StageZeroShare || sum > p || plan.GrownFPR(growth) != sum {
+					t.Errorf("n=%d p=%g growth %g: stage 0 at %.3g, %.3g in all (%.3g at %gx)", n, p, growth, plan.AchievedFPR, sum, plan.GrownFPR(growth), growth)
+				}
+			}
 			plan, err := NewPlan(n, p, PlanOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -143,6 +161,16 @@ func TestNewPlanMeetsTarget(t *testing.T) {
 				t.Errorf("n=%d p=%g: memory %d for %d bits (classic %d)", n, p, plan.Memory, plan.Bits(), plan.Standard.Bits)
 			}
 		}
+	}
+	// The seed's window at 1e-6 at its plan costs what a lone filter
+	// costs: with growth on, stage 0 takes the same layout and shards. (At
+	// 1e-9 a lone filter of 4x5 fills its allocator classes to 99.6%, so
+	// stage 0's 0.9p takes it past the memory bound, to 5x5.)
+	lone, _ := NewPlan(7_000_000, 1e-6, PlanOptions{})
+	grows, _ := NewPlan(7_000_000, 1e-6, PlanOptions{MaxGrowth: 64})
+	if grows.Layout != lone.Layout || grows.Shards != lone.Shards || grows.Memory != lone.Memory {
+		t.Errorf("7M IDs at 1e-6: %v in %d shards (%d bytes) with growth, %v in %d (%d) without",
+			grows.Layout, grows.Shards, grows.Memory, lone.Layout, lone.Shards, lone.Memory)
 	}
 	// The click-log case: 1e9 a day must be split across keys.
 	plan, _ := NewPlan(1e9, 1e-6, PlanOptions{})
