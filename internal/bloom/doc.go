@@ -147,14 +147,15 @@
 //
 // What a stage made early costs: memory, and only for windows that came
 // within their rate times the lead of a stage boundary. For the planner's
-// example (7 million IDs per 10-minute window at 1e-6, 17 shards, leads
-// of 0.3, 0.9 and 3.9 s for stages 1 to 3), a window filled evenly over
-// its length asks for stage 1 on a shard when that shard is within 210
-// IDs (0.05%) of its 413,690: a window at exactly its plan does so on
-// some shard with a chance of about 6% (2% with a stage made only when
-// full), making 6 MiB beside its 30, and a window at 99% of its plan
-// never does. At 16 times the plan the window asks for stage 3 (1,904
-// MiB) 43,000 IDs (0.9%) before stage 2 is full. A spike, by its rate,
+// example (7 million IDs per 10-minute window at 1e-6, 1 shard, leads
+// of 0.36, 1.1 and 4.5 s for stages 1 to 3), a window filled evenly over
+// its length asks for stage 1 when it is within about 4,150 IDs (0.06%)
+// of its 7,000,000: a window at exactly its plan makes 128 MiB beside its
+// 32 for a stage it does not fill, and one at 99.9% of its plan does not.
+// (With several shards, each counts its share with three standard
+// deviations of room, so that a window at its plan rarely grows.) At 16
+// times the plan the window asks for stage 3 (2,176 MiB) about 830,000
+// IDs (1%) before stage 2 is full. A spike, by its rate,
 // gets its stages a lead before it needs them, which is the point: it
 // costs the memory of the stages it fills, and one more if it ends within
 // a lead of a boundary. A window filled to its plan within seconds is
