@@ -74,21 +74,26 @@ func TestLocateShape(t *testing.T) {
 }
 
 // A window without growth in the layout an earlier version chose keeps
-// that version's keys when the layout is set (PlanOptions.Layout): these
-// tags were computed by the version whose planner took the fewest words
-// within 15% of a classic filter's bits.
+// that version's keys when the layout is set (PlanOptions.Layout) and,
+// where that version took more shards than the fewest within the memory
+// bound, the shard count (PlanOptions.MinShards): these tags were computed
+// by the version whose planner took the fewest words within 15% of a
+// classic filter's bits, in the shard count of least memory (08dce86).
 func TestSetLayoutKeepsEarlierKeys(t *testing.T) {
 	for _, tc := range []struct {
 		n      int64
 		p      float64
 		layout Layout
+		shards int // DEDUPE_SHARDS: the earlier version's count, where it took more than the fewest within the bound
 		tag    string
 	}{
-		{7_000_000, 1e-6, Layout{4, 4}, "v1-3e36b357"},
-		{1_000_000_000, 1e-9, Layout{6, 4}, "v1-7fe33ae4"},
-		{100_000, 1e-3, Layout{2, 4}, "v1-356306b7"},
+		{7_000_000, 1e-6, Layout{4, 4}, 0, "v1-3e36b357"},
+		{1_000_000_000, 1e-9, Layout{6, 4}, 0, "v1-7fe33ae4"},
+		{100_000, 1e-3, Layout{2, 4}, 0, "v1-356306b7"},
+		{7_000_000, 1e-9, Layout{6, 4}, 3, "v1-bd4553cd"},
+		{1_000_000_000, 1e-6, Layout{4, 4}, 18, "v1-ac8299ee"},
 	} {
-		pl, err := NewPlan(tc.n, tc.p, PlanOptions{MaxGrowth: 1, Layout: tc.layout})
+		pl, err := NewPlan(tc.n, tc.p, PlanOptions{MaxGrowth: 1, Layout: tc.layout, MinShards: tc.shards})
 		if err != nil {
 			t.Fatal(err)
 		}
