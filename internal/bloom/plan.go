@@ -459,13 +459,13 @@ func sizePlan(n int64, p float64, layout Layout, minShards int, growth, bound fl
 			perShard = uint64(math.Ceil(perElem * float64(perShardCount(n, s))))
 		}
 		class, shardBits := keyBits(perShard, MaxKeyBits)
-		mem := class * uint64(s)
-		if best.Shards == 0 || mem < best.Memory {
-			best = Plan{Shards: s, ShardBits: shardBits, Memory: mem}
-		}
-		if float64(mem) <= bound {
-			best = Plan{Shards: s, ShardBits: shardBits, Memory: mem}
+		try := Plan{Shards: s, ShardBits: shardBits, Memory: class * uint64(s)}
+		if float64(try.Memory) <= bound {
+			best = try
 			break
+		}
+		if best.Shards == 0 || try.Memory < best.Memory {
+			best = try
 		}
 	}
 	best.Elements, best.TargetFPR, best.Layout = n, p, layout
@@ -473,11 +473,12 @@ func sizePlan(n int64, p float64, layout Layout, minShards int, growth, bound fl
 	best.Standard = StandardSizing(n, p)
 	best.Stages = []Stage{{Capacity: n, CapacityPerShard: perShardCount(n, best.Shards), FPR: best.AchievedFPR,
 		ShardBits: best.ShardBits, Parts: 1, PartBits: best.ShardBits, Memory: best.Memory}}
-	if stages > 1 {
-		// A shard's stage holds its share with room (CapacityPerShard)
-		// before the next is made: its rate then is the stage's.
-		best.Stages[0].FPR = fullShardFPR(best.Stages[0], layout)
+	if stages == 1 {
+		return best
 	}
+	// A shard's stage holds its share with room (CapacityPerShard) before
+	// the next is made: its rate then is the stage's.
+	best.Stages[0].FPR = fullShardFPR(best.Stages[0], layout)
 	// Later stages keep the layout and the shard count and buy their lower
 	// rate with bits, in keys of at most maxStagePartBits; a stage that
 	// would need more than MaxShards keys over all shards ends the chain
@@ -488,7 +489,8 @@ func sizePlan(n int64, p float64, layout Layout, minShards int, growth, bound fl
 		capacity := n * (int64(math.Pow(GrowthFactor, float64(i))) - int64(math.Pow(GrowthFactor, float64(i-1))))
 		rate := rest * math.Pow(TighteningRatio, float64(i-1))
 		bits := math.Ceil(bitsNeeded(layout, rate) * float64(perShardCount(capacity, best.Shards)))
-		const partBytes = maxStagePartBits/8 - shardOverhead
+		// A part's bits are rounded up to whole words: up to 7 bytes more.
+		const partBytes = maxStagePartBits/8 - shardOverhead - 8
 		parts := int(math.Ceil(bits / 8 / partBytes))
 		if parts*best.Shards > MaxShards {
 			break

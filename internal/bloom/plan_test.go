@@ -138,7 +138,8 @@ func TestNewPlanMeetsTarget(t *testing.T) {
 				}
 				var sum float64
 				for i, st := range plan.Stages {
-					if !(st.FPR > 0) || st.Parts < 1 || st.ShardBits != uint64(st.Parts)*st.PartBits {
+					if !(st.FPR > 0) || st.Parts < 1 || st.ShardBits != uint64(st.Parts)*st.PartBits ||
+						i > 0 && st.Memory/uint64(st.Parts*plan.Shards) > maxStagePartBits/8 {
 						t.Errorf("n=%d p=%g growth %g: stage %d: %+v", n, p, growth, i, st)
 					}
 					sum += st.FPR
