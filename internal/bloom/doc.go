@@ -96,8 +96,8 @@
 // costs: stage 0 at 0.9p takes 0.4 bits per element more than a lone
 // filter at p (3x5 at 1e-6). The classic split, p_0 = p(1-r)/(1-r^K)
 // (8/15 of p with 4 stages), cost 2.6 bits, and the allocator's rounding
-// turned that into 3 shards of 12 MiB instead of 1 of 32 for the seed's
-// 7M IDs at 1e-6: two more script calls per batch. The later stages pay
+// turned that into 5 shards of 7 MiB instead of 1 of 32 for the seed's
+// 7M IDs at 1e-6: four more script calls per batch. The later stages pay
 // instead, 3 to 4 bits per element more each (7% more memory at 64n), and
 // only in windows that grow; at 1e-9 the allocator's classes absorb it.
 // Every stage keeps the layout chosen for p_0, so a window that never

@@ -212,7 +212,7 @@ const (
 	// plan costs what a lone filter costs: 0.4 bits per element more at
 	// 1e-6, where the classic split (p(1-r)/(1-r^S), 8/15 of p with 4
 	// stages) cost 2.6, and the allocator's rounding took that from 32 MiB
-	// in 1 shard to 36 MiB in 3 for the seed's 7M IDs. The later stages,
+	// in 1 shard to 35 MiB in 5 for the seed's 7M IDs. The later stages,
 	// paid for only by windows that grow, share at least a tenth of p:
 	// 3 to 4 bits per element more than at the classic split.
 	StageZeroShare = 0.9
