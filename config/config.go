@@ -107,8 +107,9 @@ type Config struct {
 	// Default: 64.
 	MaxGrowth float64 `envconfig:"MAX_GROWTH" default:"64"`
 	// MemoryFactor is the most memory per ID the filter's layout may take,
-	// as a multiple of a classic Bloom filter's at the same rate: within
-	// it the planner takes the layout with the least Redis work per ID.
+	// as a multiple of a classic Bloom filter's at the rate of the
+	// window's first stage: within it the planner takes the fewest words,
+	// then the fewest shards (the least Redis work per ID).
 	// Default: bloom.DefaultMemoryFactor, 1.5; from 1 to
 	// bloom.MaxMemoryFactor, 4.
 	MemoryFactor float64 `envconfig:"MEMORY_FACTOR"`

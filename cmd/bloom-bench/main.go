@@ -87,7 +87,7 @@ func main() {
 	flag.Float64Var(&o.load, "load", 1, "distinct IDs over the filter's planned n: above 1 the window grows (with -growth above 1)")
 	flag.Float64Var(&o.growth, "growth", d.MaxGrowth, "how far a window may grow past its planned n (DEDUPE_MAX_GROWTH; 1: no growth)")
 	flag.IntVar(&o.shards, "shards", d.Shards, "least keys per window (DEDUPE_SHARDS)")
-	flag.Float64Var(&o.memoryFactor, "memory-factor", d.MemoryFactor, "most memory per ID as a multiple of a classic filter's, within which the planner takes the fewest words (DEDUPE_MEMORY_FACTOR)")
+	flag.Float64Var(&o.memoryFactor, "memory-factor", d.MemoryFactor, "most memory per ID as a multiple of a classic filter's at stage 0's rate, within which the planner takes the fewest words, then the fewest shards (DEDUPE_MEMORY_FACTOR)")
 	flag.StringVar(&o.layout, "layout", d.Layout, "words x bits per word (4x4) instead of the planner's choice (DEDUPE_LAYOUT)")
 	flag.DurationVar(&o.maxLag, "max-lag", d.MaxLag, "lag bound (DEDUPE_MAX_LAG): a run that outlasts it past its window's end gets late verdicts and fails")
 	flag.BoolVar(&o.backlog, "backlog", false, "stamp the IDs a day back, in a window that has ended (a backlog; a 48h lag bound keeps it)")

@@ -118,7 +118,7 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	maxLag := fs.Duration("max-lag", envOr("MAX_LAG", d.MaxLag, time.ParseDuration), "lag bound: how long after their event time events are still deduplicated")
 	shards := fs.Int("shards", envOr("SHARDS", d.Shards, parseInt), "least number of shards")
 	growth := fs.Float64("max-growth", envOr("MAX_GROWTH", d.MaxGrowth, parseFloat), "how far a window may grow past n (1: no growth)")
-	factor := fs.Float64("memory-factor", envOr("MEMORY_FACTOR", d.MemoryFactor, parseFloat), "most memory per ID, as a multiple of a classic filter's, within which the layout takes the fewest Redis operations")
+	factor := fs.Float64("memory-factor", envOr("MEMORY_FACTOR", d.MemoryFactor, parseFloat), "most memory per ID, as a multiple of a classic filter's at stage 0's rate, within which the planner takes the fewest words, then the fewest shards")
 	layout := fs.String("layout", envOr("LAYOUT", d.Layout, parseString), "words x bits per word (4x4) instead of the planner's choice")
 	redisTimeout := fs.Duration("redis-timeout", envOr("REDIS_TIMEOUT", d.RedisTimeout, time.ParseDuration), "bound of one Redis call: with the size, how long before a window starts its keys are made")
 	if err := fs.Parse(args); err != nil {
@@ -156,15 +156,17 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "n per window\twindow\ttarget p\tlayout\tshards\tbits/ID\tclassic bits/ID (k)\tMiB per window\twindows live\tMiB live\tachieved p")
 	live := 0
+	opt := bloom.PlanOptions{MinShards: *shards, MaxGrowth: *growth, MemoryFactor: *factor, Layout: pinned}
+	var asked bloom.Plan // the plan at -p, the first row
 	for _, target := range []float64{*p, 1e-2, 1e-4, 1e-6, 1e-9} {
-		pl, err := bloom.NewPlan(*n, target, bloom.PlanOptions{MinShards: *shards, MaxGrowth: *growth, MemoryFactor: *factor, Layout: pinned})
+		pl, err := bloom.NewPlan(*n, target, opt)
 		if err != nil {
 			fmt.Fprintln(stderr, "dedupe-worker plan:", err)
 			return 2
 		}
 		rowLive, lead := liveOf(pl)
 		if live == 0 {
-			live = rowLive
+			live, asked = rowLive, pl
 			fmt.Fprintf(stdout, "%s windows of %v with a lag bound of %v: at most %d windows of keys live at once at p = %g (the next window's keys are made %v before it starts)\n",
 				*mode, *window, *maxLag, live, target, lead.Round(time.Second))
 			if *layout != "" {
@@ -182,8 +184,8 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	tw.Flush()
-	pl, err := bloom.NewPlan(*n, *p, bloom.PlanOptions{MinShards: *shards, MaxGrowth: *growth, MemoryFactor: *factor, Layout: pinned})
-	if err != nil || !pl.Growth() {
+	pl := asked
+	if !pl.Growth() {
 		return 0
 	}
 	fmt.Fprintf(stdout, "\ngrowth at p = %g: up to %d stages, the first at %g of p, each next taking the window to %dx at half the rate of the one before, %d IDs per window in all (%.0fx)\n",

@@ -200,7 +200,7 @@ func (f *Filter) Grow(ctx context.Context, t time.Time) ([]ShardStage, error) {
 				return made, err
 			}
 			if res == stageMade {
-				made = append(made, ShardStage{Bucket: b, Shard: s, Stage: next, Bytes: uint64(f.plan.Stages[next].Parts) * keyBytes(f.plan.Stages[next].PartBits)})
+				made = append(made, ShardStage{Bucket: b, Shard: s, Stage: next, Bytes: f.plan.Stages[next].shardBytes()})
 			}
 		}
 	}
@@ -226,7 +226,7 @@ func (f *Filter) makeWanted(ctx context.Context) ([]ShardStage, error) {
 			return made, err
 		}
 		if res == stageMade {
-			made = append(made, ShardStage{Bucket: r.bucket, Shard: r.shard, Stage: r.stage, Bytes: uint64(f.plan.Stages[r.stage].Parts) * keyBytes(f.plan.Stages[r.stage].PartBits)})
+			made = append(made, ShardStage{Bucket: r.bucket, Shard: r.shard, Stage: r.stage, Bytes: f.plan.Stages[r.stage].shardBytes()})
 		}
 	}
 	return made, nil

@@ -505,6 +505,9 @@ func sizePlan(n int64, p float64, layout Layout, minShards int, growth, bound fl
 	return best
 }
 
+// shardBytes is the bytes of the stage's keys on one shard, as made.
+func (st Stage) shardBytes() uint64 { return uint64(st.Parts) * keyBytes(st.PartBits) }
+
 // fullShardFPR is the rate of a shard's stage st holding CapacityPerShard.
 func fullShardFPR(st Stage, layout Layout) float64 {
 	return BlockedFPR(float64(st.ShardBits)/float64(st.CapacityPerShard), layout)
