@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -197,8 +198,12 @@ func (c *Cluster) node(addr string) *Server {
 	return nil
 }
 
-// Shard returns the master serving key's hash slot and that master's
-// replicas, as the first running node sees them.
+// Shard returns the master serving key's hash slot, as the first running
+// node sees it, and the replicas connected to that master, as the master
+// itself lists them. CLUSTER SLOTS is not asked for the replicas: it
+// leaves out a replica until the node answering has heard by gossip that
+// it has replicated something, which a test that has just started a
+// cluster or restarted a node can meet.
 func (c *Cluster) Shard(ctx context.Context, key string) (master *Server, replicas []*Server, err error) {
 	var n *Server
 	for _, x := range c.Nodes {
@@ -226,20 +231,47 @@ func (c *Cluster) Shard(ctx context.Context, key string) (master *Server, replic
 		if int(slot) < s.Start || int(slot) > s.End {
 			continue
 		}
-		for i, sn := range s.Nodes {
-			node := c.node(sn.Addr)
-			if node == nil {
-				return nil, nil, fmt.Errorf("%s names %s, not a node of this cluster", n.Addr, sn.Addr)
-			}
-			if i == 0 {
-				master = node
-			} else {
-				replicas = append(replicas, node)
-			}
+		if master = c.node(s.Nodes[0].Addr); master == nil {
+			return nil, nil, fmt.Errorf("%s names %s, not a node of this cluster", n.Addr, s.Nodes[0].Addr)
 		}
-		return master, replicas, nil
+		replicas, err = c.connectedReplicas(cctx, master.Addr)
+		return master, replicas, err
 	}
 	return nil, nil, fmt.Errorf("%s: no node serves slot %d", n.Addr, slot)
+}
+
+// connectedReplicas are the nodes the master at addr lists as its
+// replicas in INFO replication (slave<i>:ip=...,port=...,...).
+func (c *Cluster) connectedReplicas(ctx context.Context, addr string) ([]*Server, error) {
+	cl := c.nodeClient(addr)
+	defer cl.Close()
+	info, err := cl.Info(ctx, "replication").Result()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", addr, err)
+	}
+	var replicas []*Server
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "slave") || !strings.HasPrefix(fields, "ip=") {
+			continue
+		}
+		var ip, port string
+		for _, kv := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "ip":
+				ip = v
+			case "port":
+				port = v
+			}
+		}
+		node := c.node(net.JoinHostPort(ip, port))
+		if node == nil {
+			return nil, fmt.Errorf("%s lists replica %s:%s, not a node of this cluster", addr, ip, port)
+		}
+		replicas = append(replicas, node)
+	}
+	return replicas, nil
 }
 
 func firstLine(s string) string {
