@@ -4,11 +4,15 @@ package sink
 // by output partition, cut into record batches of at most BatchSize
 // messages and MaxBatchBytes bytes, and sent one produce request per batch.
 // A partition's requests go one at a time, in order; the partitions' go at
-// once. Each message's answer is its batch's.
+// once. Each message's answer is its batch's. A batch not yet sent when its
+// call gave up is never sent: so a partition has at most one produce request
+// on the wire, and a Write that gave up leaves behind at most that one.
 
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 
 	"github.com/segmentio/kafka-go"
@@ -20,8 +24,9 @@ import (
 // sent, a closed Writer answers io.ErrClosedPipe for every message, and a
 // topic whose partitions cannot be read the error of its metadata. When
 // ctx ends before every answer came, call returns ctx's error instead of
-// answers; the requests under way go on in the background, until their
-// answer or Config.Timeout, and Close waits for them.
+// answers; the produce requests already sent go on in the background, until
+// their answer or Config.Timeout, and Close waits for them; the batches
+// not sent yet are not sent (errAbandoned).
 func (s *send) call(ctx context.Context, g []int) ([]error, error) {
 	s.calls++
 	answers := make([]error, len(g))
@@ -59,7 +64,7 @@ func (s *send) call(ctx context.Context, g []int) ([]error, error) {
 	var reqs []*request
 	for p := range n {
 		if lo, hi := starts[p], starts[p+1]; lo < hi {
-			reqs = append(reqs, &request{partition: p, batches: s.w.batches(s.msgs, order, lo, hi)})
+			reqs = append(reqs, &request{ctx: ctx, partition: p, batches: s.w.batches(s.msgs, order, lo, hi)})
 		}
 	}
 	if !s.w.start(reqs) {
@@ -89,6 +94,8 @@ func (s *send) call(ctx context.Context, g []int) ([]error, error) {
 
 // request is what one call sends to one partition: its batches, in order.
 type request struct {
+	// ctx is the call's: once it ends, the batches not sent are not.
+	ctx       context.Context
 	partition int
 	batches   []batch
 	// after is closed once the partition's previous requests are answered;
@@ -144,8 +151,18 @@ func (w *Writer) start(reqs []*request) bool {
 	return true
 }
 
+// errAbandoned is the answer of a batch not sent because its call had
+// given up on it.
+var errAbandoned = errors.New("not sent: the write gave up before its turn")
+
 // send sends r's batches of msgs one after the other, once the
 // partition's previous requests are answered, and hands r to finished.
+// Once r's call has given up (r.ctx ended), the batches left are not sent:
+// a message its caller will send again must not go out from here too, and
+// a slow partition must not pile up the work of every Write that gave up
+// on it. It still waits for the requests before it, so that the
+// partition's next request starts only once the one on the wire is
+// answered.
 func (w *Writer) send(r *request, msgs []kafka.Message, order []int, finished chan<- *request) {
 	defer w.requests.Done()
 	defer close(r.done)
@@ -154,6 +171,10 @@ func (w *Writer) send(r *request, msgs []kafka.Message, order []int, finished ch
 	}
 	for i := range r.batches {
 		b := &r.batches[i]
+		if err := r.ctx.Err(); err != nil {
+			b.err = fmt.Errorf("%w: %w", errAbandoned, err)
+			continue
+		}
 		b.err = w.produce(r.partition, &records{msgs: msgs, order: order[b.lo:b.hi]})
 	}
 	finished <- r

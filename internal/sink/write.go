@@ -36,7 +36,10 @@ const writeRounds = 5
 // when the deadline or ctx ends while a round's produce requests are under
 // way, Write stops waiting for their answers, so the messages of those
 // requests count as not acknowledged (Unacked), those the broker did
-// acknowledge included, and the caller writes them again.
+// acknowledge included, and the caller writes them again. Of a partition's
+// batches, only the one on the wire then is finished in the background;
+// those not sent yet are never sent, so a Write that gives up leaves at
+// most one produce request per partition behind it.
 //
 // A topic refuses a batch for its content (MESSAGE_TOO_LARGE,
 // RECORD_LIST_TOO_LARGE, INVALID_RECORD, INVALID_TIMESTAMP, CORRUPT_MESSAGE)
@@ -63,8 +66,8 @@ const writeRounds = 5
 // A message in Unacked, or one Write retried, may have been written all the
 // same: a broker can answer REQUEST_TIMED_OUT or
 // NOT_ENOUGH_REPLICAS_AFTER_APPEND after it wrote the batch, a connection
-// can be lost with the answer in it, and a produce request whose Write was
-// cancelled is finished in the background. Sending it again (Write
+// can be lost with the answer in it, and the produce request on the wire
+// when its Write was cancelled is finished in the background. Sending it again (Write
 // in its retries, or the caller) then writes a copy. Write does not change
 // the messages, so a copy carries the same dedupe-source header as the
 // first, and a reader that counts by it counts the message once.

@@ -670,3 +670,68 @@ func faulted(code *kerr.Error) func(t *testing.T) (*testenv.Kafka, *plain.Mechan
 		return k, nil
 	}
 }
+
+// A broker that answers slowly: Writes give up on a partition while the
+// first of its batches is on the wire. Only that batch goes out; the
+// batches not sent when their Write gave up are never sent, neither by the
+// first Write nor by two more that gave up while queued behind it. The
+// next Write then writes every message, so each is there once but the
+// messages of the batch that was on the wire, twice.
+func TestAbandonedBatchesAreNotSent(t *testing.T) {
+	k := testenv.StartKafka(t, testenv.Topics{"out": 1})
+	w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", BatchSize: 2, Timeout: 30 * time.Second, Logger: testenv.Logger(t, -1)})
+	defer w.Close()
+	count := countProduces(k, "out")
+	msgs := sourced(6, 1, 100) // three batches of two, to partition 0
+
+	// The broker holds the first produce request until released.
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the broker closes
+	k.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.DropControl() // the first request only
+		close(arrived)
+		k.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		<-arrived
+		cancel()
+	}()
+	err := w.Write(ctx, msgs)
+	var we *sink.WriteError
+	if !errors.As(err, &we) || len(we.Unacked) != len(msgs) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Write cancelled with its first batch on the wire = %v; want every message unacknowledged, context.Canceled", err)
+	}
+	for i := range 2 {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		err := w.Write(ctx, msgs)
+		cancel()
+		if !errors.As(err, &we) || len(we.Unacked) != len(msgs) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Write %d queued behind the request on the wire = %v; want every message unacknowledged at its deadline", i+2, err)
+		}
+	}
+	once.Do(func() { close(release) })
+	if _, err := write(t, w, msgs); err != nil {
+		t.Fatalf("Write after the broker answered: %v", err)
+	}
+	w.Close() // waits for the request left behind
+
+	// One request on the wire when the Writes gave up, then the three of
+	// the last Write.
+	if got := count.requests(0); got != 4 {
+		t.Errorf("%d produce requests to partition 0, want 4: the one on the wire and the last Write's three (%v)", got, count.parts)
+	}
+	n := copies(t, k, "out", msgs)
+	for i, m := range msgs {
+		want := 1
+		if i < 2 {
+			want = 2
+		}
+		if c := n[string(m.Key)]; c != want {
+			t.Errorf("message %s written %d times, want %d", m.Key, c, want)
+		}
+	}
+}
