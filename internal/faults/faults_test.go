@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -255,6 +256,23 @@ func (r *rig) eventsIn() map[int]float64 {
 	for i, m := range r.metrics() {
 		out[i] = m.Value("dedupe_events_in_total")
 	}
+	return out
+}
+
+// outputEnds is the end offset of each partition of the output topic.
+func (r *rig) outputEnds() map[int32]int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	offs, err := kadm.NewClient(r.admin).ListEndOffsets(ctx, outTopic)
+	if err != nil {
+		r.t.Fatalf("end offsets of %s: %v", outTopic, err)
+	}
+	out := map[int32]int64{}
+	offs.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil {
+			out[o.Partition] = o.Offset
+		}
+	})
 	return out
 }
 
@@ -925,8 +943,9 @@ func TestRebalances(t *testing.T) {
 // Kafka misbehaves, each fault for 3 s: fetches of the input answered
 // with an error code; fetch connections dropped; produces to the output
 // answered REQUEST_TIMED_OUT after the broker wrote them (so the retries
-// write copies: replays); produce connections dropped; then every
-// partition's leader moves to another broker.
+// write copies: replays); produce connections dropped; then every output
+// partition's leader moves to another broker (the output's stall is
+// logged), then every input partition's.
 func TestKafkaFaults(t *testing.T) {
 	r := newRigBrokers(t, 3)
 	// Input arrives in chunks, one for each fault: produced while a fetch
@@ -936,7 +955,7 @@ func TestKafkaFaults(t *testing.T) {
 	// two batches it cannot deliver, so a produce fault leaves most of its
 	// chunk for after it (and the test's own produces would fail while
 	// produce connections are dropped).
-	chunk := events / 6
+	chunk := events / 8
 	run(t, "kafka errors, leaders", r, 2, chunk, func(r *rig) (int, time.Duration) {
 		const d = 3 * time.Second
 		// busy feeds a chunk and waits until the workers read from it.
@@ -995,13 +1014,35 @@ func TestKafkaFaults(t *testing.T) {
 		busy()
 		worst = max(worst, end(drop(kmsg.Produce)))
 
+		// The output's leaders move first, while the workers write, and a
+		// chunk of input for every partition follows: the stall is the time
+		// until every output partition has grown again. The writers read
+		// the metadata on the first NOT_LEADER_OR_FOLLOWER answer, not on
+		// their transport's timer (up to 6 s later).
 		busy()
-		for _, topic := range []string{inTopic, outTopic} {
-			for p := int32(0); p < 6; p++ {
-				leader := r.k.LeaderFor(topic, p)
-				if err := r.k.MoveTopicPartition(topic, p, (leader+1)%3); err != nil {
-					t.Errorf("moving %s/%d: %v", topic, p, err)
+		ends := r.outputEnds()
+		moved := time.Now()
+		for p := int32(0); p < 6; p++ {
+			if err := r.k.MoveTopicPartition(outTopic, p, (r.k.LeaderFor(outTopic, p)+1)%3); err != nil {
+				t.Errorf("moving %s/%d: %v", outTopic, p, err)
+			}
+		}
+		r.feed(chunk)
+		testenv.Eventually(t, 30*time.Second, "every output partition to grow after its leader moved", func() bool {
+			now := r.outputEnds()
+			for p, end := range ends {
+				if now[p] <= end {
+					return false
 				}
+			}
+			return len(ends) == 6
+		})
+		t.Logf("output leaders moved: every output partition grew again %v after", time.Since(moved).Round(time.Millisecond))
+		// Then the input's, while the workers read.
+		busy()
+		for p := int32(0); p < 6; p++ {
+			if err := r.k.MoveTopicPartition(inTopic, p, (r.k.LeaderFor(inTopic, p)+1)%3); err != nil {
+				t.Errorf("moving %s/%d: %v", inTopic, p, err)
 			}
 		}
 		worst = max(worst, r.recovered(30*time.Second))

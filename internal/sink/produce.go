@@ -186,6 +186,7 @@ func (w *Writer) send(r *request, msgs []kafka.Message, order []int, finished ch
 func (w *Writer) produce(partition int, recs *records) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
+	gen := w.metadataGen.Load()
 	res, err := w.client.Produce(ctx, &kafka.ProduceRequest{Topic: w.topic, Partition: partition,
 		RequiredAcks: kafka.RequireAll, Records: recs})
 	if err == nil && res != nil {
@@ -193,8 +194,40 @@ func (w *Writer) produce(partition int, recs *records) error {
 	}
 	if err != nil {
 		w.log.Warn("a produce request failed", zap.Int("partition", partition), zap.Int("messages", len(recs.order)), zap.Error(err))
+		if staleMetadata(err) {
+			w.refreshMetadata(gen)
+		}
 	}
 	return err
+}
+
+// staleMetadata reports whether a produce answer says that the writer's
+// idea of the partition's leader is out of date, as Kafka's own producer
+// takes them (its InvalidMetadataException and its subclasses).
+func staleMetadata(err error) bool {
+	code, ok := errors.AsType[kafka.Error](err)
+	if !ok {
+		return false
+	}
+	switch code {
+	case kafka.NotLeaderForPartition, kafka.LeaderNotAvailable, kafka.UnknownTopicOrPartition,
+		kafka.KafkaStorageError, kafka.FencedLeaderEpoch, kafka.UnknownLeaderEpoch, kafka.BrokerNotAvailable:
+		return true
+	}
+	return false
+}
+
+// refreshMetadata makes the next request read the cluster's metadata
+// afresh, once per generation of it: a leader move answered by several
+// partitions' requests at once refreshes it once. kafka-go's transport
+// reads metadata on its own timer only (up to 6 s apart) and has no call
+// to read it now; dropping its connection pool does it, since a new pool
+// reads the metadata before its first request. Requests under way keep
+// the old pool until they end.
+func (w *Writer) refreshMetadata(gen uint64) {
+	if w.metadataGen.CompareAndSwap(gen, gen+1) {
+		w.transport.CloseIdleConnections()
+	}
 }
 
 // partitions is the number of partitions of the topic, from the

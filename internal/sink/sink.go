@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -73,6 +74,9 @@ type Writer struct {
 	// state guards closed and tails.
 	state  sync.Mutex
 	closed bool
+	// metadataGen counts the refreshes of the transport's metadata
+	// (refreshMetadata).
+	metadataGen atomic.Uint64
 	// tails holds, per output partition, a channel closed once the last
 	// request sent to it has its answer: the next one waits for it, so a
 	// partition's requests go one at a time and in order, also after a

@@ -735,3 +735,66 @@ func TestAbandonedBatchesAreNotSent(t *testing.T) {
 		}
 	}
 }
+
+// Every partition's leader moves to another broker: the first produce
+// requests to old leaders are answered NOT_LEADER_OR_FOLLOWER, and the
+// writer reads the metadata at once instead of on its transport's timer
+// (up to 6 s), so the Write goes through on its next round: at most two
+// requests per partition to an old leader (one answered, one sent before
+// that answer came), every message written once.
+func TestLeaderMoveRefreshesMetadata(t *testing.T) {
+	k := testenv.StartKafka(t, testenv.Topics{"out": 3}, kfake.NumBrokers(3))
+	w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second, Logger: testenv.Logger(t, -1)})
+	defer w.Close()
+	first := sourced(30, 3, 100)
+	if _, err := write(t, w, first); err != nil {
+		t.Fatalf("Write before the move: %v", err)
+	}
+	for p := int32(0); p < 3; p++ {
+		if err := k.MoveTopicPartition("out", p, (k.LeaderFor("out", p)+1)%3); err != nil {
+			t.Fatalf("moving out/%d: %v", p, err)
+		}
+	}
+	var mu sync.Mutex
+	refused := map[int32]int{}
+	k.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.KeepControl()
+		node := k.CurrentNode()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if k.LeaderFor(rt.Topic, rp.Partition) != node {
+					refused[rp.Partition]++
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	msgs := sourced(300, 3, 100)
+	for i := range msgs {
+		msgs[i].Key = fmt.Appendf(nil, "after-%d", i)
+	}
+	if _, err := write(t, w, msgs); err != nil {
+		t.Fatalf("Write after the move: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for p := int32(0); p < 3; p++ {
+		total += refused[p]
+		if refused[p] > 2 {
+			t.Errorf("partition %d: %d requests sent to a broker that no longer leads it, want at most 2 (one answered, one already under way then): %v",
+				p, refused[p], refused)
+		}
+	}
+	if total == 0 {
+		t.Fatal("no request went to an old leader: the move was not met")
+	}
+	n := copies(t, k, "out", append(first, msgs...))
+	for _, m := range msgs {
+		if c := n[string(m.Key)]; c != 1 {
+			t.Errorf("message %s written %d times, want once", m.Key, c)
+		}
+	}
+}
