@@ -33,6 +33,16 @@ func TestDeadStageStopsTheWorker(t *testing.T) {
 	cfg := replicas.Config("stage", k.Addrs(), srv.Addr)
 	cfg.IDField, cfg.TimeField = "click_id", "ts"
 	cfg.BatchSize = 100
+	// The window is made before the worker starts, as its maintenance
+	// makes it ahead of time: the count of calls below is of decisions, with
+	// no call refused for a window not made yet.
+	f, err := NewFilter(cfg, rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Preallocate(t.Context(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	r := replicas.Start(t, cfg, Run, nil)
 	// The failure ends the run within the reader's close bound and the
 	// clients' (the calls it cancels return at once).
@@ -42,7 +52,7 @@ func TestDeadStageStopsTheWorker(t *testing.T) {
 	case <-time.After(limit):
 		t.Fatalf("the worker did not stop within %v of its output refusing it (%d produces refused)", limit, refusal.Refused())
 	}
-	err := r.Err()
+	err = r.Err()
 	var se *consumer.StageError
 	if !errors.As(err, &se) || se.Step != consumer.StepProduce {
 		t.Fatalf("Run returned %v; want a *consumer.StageError of step %q", err, consumer.StepProduce)

@@ -16,6 +16,7 @@ type item struct {
 	loc location
 	at  placement
 	src *Source
+	t   time.Time // the event time, which at is placed by
 }
 
 // shardBucket is one shard's filter of one bucket: the keys of its

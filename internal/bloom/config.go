@@ -15,6 +15,11 @@ const (
 	DefaultReplayHorizon = 1 << 16
 	// DefaultCallTimeout bounds each Redis call (Config.CallTimeout).
 	DefaultCallTimeout = 5 * time.Second
+	// DefaultMaxClockSkew is how far apart the replicas' and the Redis
+	// servers' clocks may be (Config.MaxClockSkew): NTP keeps hosts within
+	// milliseconds; this leaves room for a host that lost its time source
+	// for a while.
+	DefaultMaxClockSkew = 5 * time.Second
 )
 
 // NamePattern is what a pipeline name and a key prefix may be: 1 to 100
@@ -33,9 +38,23 @@ type Config struct {
 	Plan Plan
 	// Window chooses buckets from event times.
 	Window Window
-	// MaxFutureSkew: events further ahead of the clock are not filtered
-	// (verdict Future). Default: one window length.
+	// MaxFutureSkew: an event whose bucket starts after the clock plus
+	// MaxFutureSkew is not filtered (verdict Future), nor does it make a
+	// window. Default: the preallocation lead (PreallocateLead), so that
+	// the only future window an event can be tested in is the next one,
+	// which the maintenance makes in that lead anyway: memory stays as
+	// planned whatever the clocks of the event sources. A longer skew
+	// makes windows earlier, off the script like a stage (see Growth), and
+	// keeps them alive longer; LiveWindows and CheckCapacity count them.
 	MaxFutureSkew time.Duration
+	// MaxClockSkew is how far apart the clocks of the replicas and of the
+	// Redis servers may be with every guarantee kept (see "Clocks" in the
+	// package doc). In Rolling mode it widens the time before a bucket's
+	// end in which its elements are also tested against the next bucket,
+	// which a replica whose clock is ahead may already have written.
+	// At most the window's length. Default: DefaultMaxClockSkew, or the
+	// window's length if shorter.
+	MaxClockSkew time.Duration
 	// ReplayHorizon is how many offsets back per partition the decision
 	// record reaches. It must exceed the offsets a consumer can have decided
 	// but not committed. Changing it starts new filters. A multiple of 64
@@ -69,19 +88,22 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if len(c.Plan.Stages) == 0 {
 		c.Plan.Stages = []Stage{{Capacity: c.Plan.Elements, CapacityPerShard: perShardCount(c.Plan.Elements, max(c.Plan.Shards, 1)),
-			FPR: c.Plan.AchievedFPR, ShardBits: c.Plan.ShardBits, Memory: c.Plan.Memory}}
+			FPR: c.Plan.AchievedFPR, ShardBits: c.Plan.ShardBits, Parts: 1, PartBits: c.Plan.ShardBits, Memory: c.Plan.Memory}}
 	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = DefaultKeyPrefix
-	}
-	if c.MaxFutureSkew == 0 {
-		c.MaxFutureSkew = c.Window.Length
 	}
 	if c.ReplayHorizon == 0 {
 		c.ReplayHorizon = DefaultReplayHorizon
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.MaxFutureSkew == 0 {
+		c.MaxFutureSkew = PreallocateLead(c.Plan, c.Window, c.CallTimeout)
+	}
+	if c.MaxClockSkew == 0 {
+		c.MaxClockSkew = min(DefaultMaxClockSkew, c.Window.Length)
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -109,6 +131,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxFutureSkew < 0 {
 		return fmt.Errorf("max future skew is %v, want 0 or more", c.MaxFutureSkew)
+	}
+	if c.MaxClockSkew < 0 || c.MaxClockSkew > c.Window.Length {
+		return fmt.Errorf("max clock skew is %v, want 0 to the window's length %v", c.MaxClockSkew, c.Window.Length)
 	}
 	if c.ReplayHorizon < 1024 || c.ReplayHorizon > 1<<30 || c.ReplayHorizon%64 != 0 {
 		return fmt.Errorf("replay horizon is %d, want a multiple of 64 from 1024 to 2^30", c.ReplayHorizon)

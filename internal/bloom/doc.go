@@ -49,10 +49,25 @@
 // event time is up to one window after the first copy's is caught wherever
 // the boundary falls. Every key gets an absolute expiry in the script that
 // writes it (EXPIREAT NX, then GT so a TTL only grows): a bucket lives to
-// its end, plus one window in Rolling mode, plus MaxLag. A backlog's
-// partitions are read at different paces, so a copy stamped later may be
-// decided first: in Rolling mode an element decided after its bucket ended
-// is tested against the next bucket as well.
+// its end, plus one window in Rolling mode, plus MaxLag. A copy stamped
+// later may be decided first (a backlog's partitions are read at different
+// paces; an event ahead of the clock is tested in its own bucket, up to
+// MaxFutureSkew; another replica's clock may run ahead), so in Rolling mode
+// an element is tested against the next bucket as well from MaxFutureSkew
+// plus MaxClockSkew before its bucket ends: from when any replica may have
+// inserted copies there (see Clocks).
+//
+// Windows are made whole, one SET NX per shard key, never by the script:
+// the maintenance makes each bucket's window PreallocateLead before it
+// starts (Preallocate), and a batch that needs a window no one made (a
+// backlog after an outage, or preallocation running late) is refused by
+// the script, makes it, and is decided, as for a stage (see Growth). An
+// event whose bucket starts more than MaxFutureSkew after the clock is
+// Future: it is not tested and makes nothing. MaxFutureSkew defaults to
+// the preallocation lead, so the only window ahead of the clock that
+// events can be tested in is the next one, which the maintenance makes
+// then anyway: a client with a wrong clock or time zone costs no memory
+// beyond the plan, and no stall.
 //
 // MaxLag is the lag bound: how far behind the clock events may be decided
 // with their deduplication intact, as after an outage or by a replica that
@@ -111,7 +126,8 @@
 //
 // Counting is exact: the script counts the elements it inserts in the
 // growth record (GrowthKey), a small hash under the shard's hash tag, in
-// the same call. The script never allocates a stage: a stage is made whole,
+// the same call. The script never allocates a stage (nor a window, stage
+// 0): a stage is made whole,
 // each part in one SET NX with its expiry, by Grow (the maintenance) or by a batch
 // that needs it, and a stage full hands over to the next only if that
 // exists. Every new element a window holds is inserted, up to the cap:
@@ -165,6 +181,52 @@
 // inserted while the next stage was missing); the maintenance warns of a
 // window they overfill, whose rate is then above target.
 //
+// # Clocks
+//
+// The decisions read three clocks: the event times, each replica's clock
+// (Config.Now) and each Redis server's (TIME, and the expiry of keys).
+// Event times may be anything: an event beyond the lag bound is Late, one
+// whose bucket starts beyond MaxFutureSkew after the replica's clock is
+// Future; neither is tested, and the caller forwards or dead-letters it.
+// The replicas' and the servers' clocks are assumed within MaxClockSkew
+// (5 s by default) of each other. Within that:
+//   - Copies across a rolling boundary meet: the next bucket is read from
+//     MaxFutureSkew plus MaxClockSkew before a bucket ends, whichever
+//     replica decides.
+//   - Lateness is judged by the replica and again by the server (whose
+//     clock expires the keys): an event the server finds past its deadline
+//     is not tested (Late), never tested against keys already gone.
+//   - A batch that waited for a stage or a window is placed anew by the
+//     clock each time it is called again, so a window that ended meanwhile
+//     makes it Late instead of a refusal repeated until the wait runs out;
+//     a call refused again for stages already made backs off (1 to 100
+//     ms); a wait longer than CallTimeout makes the filter unhealthy
+//     (Healthy), the worker not ready.
+//   - A window made again where a replica had seen it made is a loss only
+//     if its keys were due to live more than MaxClockSkew longer.
+//
+// Beyond MaxClockSkew: a replica whose clock is further behind may decide a
+// copy stamped just before a boundary without reading the next bucket, so
+// the copy passes; one further ahead judges events Late or Future earlier
+// than the others. Nothing is lost either way (untested events are
+// forwarded), but duplicates may pass. Keep the hosts on NTP.
+//
+// # Lost keys
+//
+// Redis can lose the keys of live windows: a restart without persistence,
+// a failover to a replica that had not caught up, a FLUSHALL. The next
+// batch would make the missing window again and duplicates would pass
+// until it refilled, unnoticed. The maintenance notices (see lost.go):
+// each replica remembers the windows it saw made and a per-shard marker
+// key with a random token, and within one slow pass (30 s) counts every
+// window whose keys are gone before they were due to expire
+// (dedupe_filter_keys_lost_total per server), logging once the server and
+// the windows; a batch that makes a window this replica had seen made
+// reports it at once. Decision records lost with them are made again with
+// a floor (the first offset they decide), so a replay of an offset decided
+// before the loss is ReplayUnknown and forwarded, never read as a drop
+// from the new record's empty ring.
+//
 // # Shards and Redis Cluster
 //
 // A window larger than one Redis string (2^32 bits), or split on request
@@ -217,7 +279,9 @@
 //     key written with it, and one more window;
 //   - Redis kept its data: after a restart without persistence both the
 //     filters and the records are empty, so replays are decided afresh
-//     against empty filters and forwarded; duplicates pass, nothing is lost;
+//     against empty filters, or, once later offsets of the partition were
+//     decided, are ReplayUnknown; either way forwarded: duplicates pass,
+//     nothing is lost (see Lost keys);
 //   - after a failover, the promoted replica had the call's writes: true
 //     of every successful call with MinReplicas set to the replicas per
 //     master (see Replicas and failover); with MinReplicas 0, the last

@@ -70,7 +70,7 @@ func (f *Filter) Explain(ctx context.Context, id []byte, t time.Time) (Explanati
 	w := f.cfg.Window
 	var loc location
 	f.locate(id, &loc)
-	at := w.place(t, f.cfg.Now(), f.cfg.MaxFutureSkew)
+	at := w.place(t, f.cfg.Now(), f.cfg.MaxFutureSkew, f.cfg.MaxClockSkew)
 	e := Explanation{Bucket: at.bucket, Shard: loc.shard, Deadline: w.Deadline(t), Late: at.status == Late, Future: at.status == Future}
 	for _, b := range at.buckets() {
 		for st := range f.plan.Stages {

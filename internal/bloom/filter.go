@@ -51,6 +51,12 @@ type Filter struct {
 	// evicting is set while the maintenance finds a master whose eviction
 	// policy is not noeviction (see Healthy).
 	evicting atomic.Bool
+	// lost is what this replica saw of its windows, to notice their loss
+	// (lost.go).
+	lost lostWatch
+	// waiting holds the start of each wait for a stage under way (see
+	// Healthy).
+	waiting waits
 }
 
 // New returns a Filter over client, a *redis.Client for one server or a
@@ -90,8 +96,15 @@ func (f *Filter) Plan() Plan { return f.plan }
 func (f *Filter) Now() time.Time { return f.cfg.Now() }
 
 // LiveWindows is how many buckets of keys exist at once at most
-// (Window.Live with PreallocateLead).
-func (f *Filter) LiveWindows() int { return f.cfg.Window.Live(f.PreallocateLead()) }
+// (Window.Live with PreallocateLead, or Config.MaxFutureSkew when longer:
+// a future event's window is made when it is first tested).
+func (f *Filter) LiveWindows() int {
+	return f.cfg.Window.Live(max(f.PreallocateLead(), f.cfg.MaxFutureSkew))
+}
+
+// MaxFutureSkew is how far ahead of the clock an event's bucket may start
+// and the event still be tested (Config.MaxFutureSkew).
+func (f *Filter) MaxFutureSkew() time.Duration { return f.cfg.MaxFutureSkew }
 
 // PreallocateLead is how long before a bucket starts the maintenance makes
 // its keys (the package function PreallocateLead for this filter).

@@ -120,7 +120,9 @@ func testAndSetScenarios(t *testing.T, c *redis.Client, t0 time.Time) {
 			if err := c.FlushAll(t.Context()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			f := newFilter(t, c, t0, 10_000, 1e-6, func(cfg *Config) { cfg.Window.Mode = tc.mode })
+			// Copies in the next bucket are decided now: events up to a
+			// window ahead of the clock are tested.
+			f := newFilter(t, c, t0, 10_000, 1e-6, func(cfg *Config) { cfg.Window.Mode, cfg.MaxFutureSkew = tc.mode, w })
 			for i, b := range tc.batches {
 				if got := verdicts(t, f, b...); !same(got, tc.want[i]) {
 					t.Errorf("batch %d: %v, want %v", i, got, tc.want[i])

@@ -81,10 +81,21 @@ const (
 	stageBusy                     // another maker holds its lock
 )
 
+// maker says who makes a stage: the maintenance, ahead of need
+// (Preallocate for stage 0, Grow for the others), or a batch that needed it.
+type maker uint8
+
+const (
+	byMaintenance maker = iota
+	byBatch
+)
+
 // makeStage makes one shard's stage of a bucket: each of its parts, in
 // order (makePart). The stage is made once every part is: it is busy while
 // another maker holds a part's lock, and made when this call made a part.
-func (f *Filter) makeStage(ctx context.Context, r stageRef) (makeResult, error) {
+// Stage 0 is the window itself: a stage 0 made where this replica had seen
+// it made before is a window whose keys were lost (noteRemade).
+func (f *Filter) makeStage(ctx context.Context, r stageRef, by maker) (makeResult, error) {
 	start := time.Now()
 	res, made := stageExists, 0
 	for pt := range f.plan.Stages[r.stage].Parts {
@@ -97,7 +108,13 @@ func (f *Filter) makeStage(ctx context.Context, r stageRef) (makeResult, error) 
 		}
 		res = max(res, got)
 	}
-	if res == stageMade {
+	sb := shardBucket{r.shard, r.bucket}
+	switch {
+	case r.stage == 0 && res == stageMade:
+		f.windowMade(ctx, sb, by, time.Since(start))
+	case r.stage == 0 && res == stageExists:
+		f.lost.saw(sb)
+	case res == stageMade:
 		f.stats.made.Add(1)
 		if o := f.obs.Load(); o != nil {
 			o.g.grown.Inc()
@@ -195,7 +212,7 @@ func (f *Filter) Grow(ctx context.Context, t time.Time) ([]ShardStage, error) {
 				continue
 			}
 			r := stageRef{bucket: b, shard: s, stage: next}
-			res, err := f.makeStage(ctx, r)
+			res, err := f.makeStage(ctx, r, byMaintenance)
 			if err != nil {
 				return made, err
 			}
@@ -221,7 +238,7 @@ func (f *Filter) makeWanted(ctx context.Context) ([]ShardStage, error) {
 	f.pendingMu.Unlock()
 	var made []ShardStage
 	for _, r := range want {
-		res, err := f.makeStage(ctx, r)
+		res, err := f.makeStage(ctx, r, byMaintenance)
 		if err != nil {
 			return made, err
 		}
@@ -253,38 +270,41 @@ func (f *Filter) want(rs []stageRef) {
 func (f *Filter) GrowthWanted() <-chan struct{} { return f.growWanted }
 
 // awaitStages makes the stages a refused call needs, or waits until
-// another maker has made them, until deadline. It returns ErrGrowthWait
-// when a stage is still being made by another at the deadline, ErrRedis
-// when a call fails (making the stage included: Redis out of memory, say),
-// and ctx's error when ctx ends first.
-func (f *Filter) awaitStages(ctx context.Context, needs []stageRef, deadline time.Time) error {
+// another maker has made them, until deadline, and reports whether any of
+// them was made meanwhile (false: all were made before, so the call was
+// refused for another reason). It returns ErrGrowthWait when a stage is
+// still being made by another at the deadline, ErrRedis when a call fails
+// (making the stage included: Redis out of memory, say), and ctx's error
+// when ctx ends first.
+func (f *Filter) awaitStages(ctx context.Context, needs []stageRef, deadline time.Time) (bool, error) {
+	madeAny := false
 	for _, r := range needs {
 		// A small stage is made within a few milliseconds: look often.
 		pause := time.Millisecond
 		for {
-			res, err := f.makeStage(ctx, r)
+			res, err := f.makeStage(ctx, r, byBatch)
 			if err != nil {
-				return err
+				return madeAny, err
+			}
+			if res == stageMade {
+				madeAny = true
 			}
 			if res != stageBusy {
 				break
 			}
+			madeAny = true // by another maker, while this one waited
 			left := time.Until(deadline)
 			if left <= 0 {
-				return fmt.Errorf("%w: stage %d of %s still being made by another maker after %v", ErrGrowthWait, r.stage,
+				return madeAny, fmt.Errorf("%w: stage %d of %s still being made by another maker after %v", ErrGrowthWait, r.stage,
 					f.FilterKey(r.shard, r.bucket), f.cfg.GrowthWait)
 			}
-			t := time.NewTimer(min(pause, left))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return fmt.Errorf("waiting for stage %d of %s: %w", r.stage, f.FilterKey(r.shard, r.bucket), ctx.Err())
-			case <-t.C:
+			if err := pauseUntil(ctx, pause, deadline); err != nil {
+				return madeAny, fmt.Errorf("waiting for stage %d of %s: %w", r.stage, f.FilterKey(r.shard, r.bucket), err)
 			}
 			pause = min(2*pause, 10*time.Millisecond)
 		}
 	}
-	return nil
+	return madeAny, nil
 }
 
 // parseStages reads the script's "ref:stage,..." list, refs being the
@@ -321,6 +341,8 @@ type GrowthStats struct {
 // growthStats are the counters behind GrowthStats.
 type growthStats struct {
 	made, refused, waits, failed, total, longest atomic.Int64
+	// lost counts the windows found lost (lost.go).
+	lost atomic.Int64
 }
 
 // GrowthStats returns what this Filter did for windows that grow.
@@ -413,4 +435,42 @@ func (f *Filter) growth(ctx context.Context, shard int, b int64) (Growth, error)
 type pendingStages struct {
 	pendingMu sync.Mutex
 	pending   map[stageRef]struct{}
+}
+
+// waits are the waits for a stage under way, each by its start: a wait
+// that lasts makes the replica not ready (Healthy).
+type waits struct {
+	mu      sync.Mutex
+	next    int
+	started map[int]time.Time
+}
+
+// begin notes a wait that starts now and returns its number for end.
+func (w *waits) begin() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started == nil {
+		w.started = map[int]time.Time{}
+	}
+	w.next++
+	w.started[w.next] = time.Now()
+	return w.next
+}
+
+// end notes that wait n is over.
+func (w *waits) end(n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.started, n)
+}
+
+// longest is how long the oldest wait under way has lasted, 0 for none.
+func (w *waits) longest() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var d time.Duration
+	for _, t := range w.started {
+		d = max(d, time.Since(t))
+	}
+	return d
 }

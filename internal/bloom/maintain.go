@@ -3,6 +3,7 @@ package bloom
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,8 @@ type Gauges struct {
 	evicted, policySafe *prometheus.GaugeVec
 	unsafePolicy        prometheus.Counter
 	failed              *prometheus.CounterVec
+	// Windows made, by who made them; windows found lost, per server.
+	windowsMade, keysLost *prometheus.CounterVec
 }
 
 // The steps of dedupe_filter_maintenance_errors_total.
@@ -33,6 +36,7 @@ const (
 	stepGrow        = "grow"
 	stepStats       = "stats"
 	stepServerInfo  = "server_info"
+	stepLost        = "lost_keys"
 )
 
 // NewGauges registers the filter statistics the worker exports per
@@ -77,13 +81,20 @@ func NewGauges(reg prometheus.Registerer, pipeline string) *Gauges {
 		unsafePolicy: counter("dedupe_redis_eviction_policy_unsafe_total",
 			"Times the maintenance found a Redis master's maxmemory-policy changed to one that evicts."),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_filter_maintenance_errors_total",
-			Help: "Failed maintenance calls, by step (preallocate, grow, stats, server_info); each is tried again at the next pass.", ConstLabels: l}, []string{"step"}),
+			Help: "Failed maintenance calls, by step (preallocate, grow, stats, server_info, lost_keys); each is tried again at the next pass.", ConstLabels: l}, []string{"step"}),
+		windowsMade: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_filter_windows_made_total",
+			Help: "Windows (one shard's first stage of a bucket) this replica made, by who made it: the maintenance ahead of the bucket, or a batch that needed it (a backlog, an event ahead of the clock, or preallocation behind).", ConstLabels: l}, []string{"by"}),
+		keysLost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_filter_keys_lost_total",
+			Help: "Windows this replica saw made whose keys were gone before they were due to expire, per Redis server: a restart without persistence, a flush, a failover to a replica that had not caught up. Their copies pass until they expire.", ConstLabels: l}, []string{"server"}),
 	}
-	for _, step := range []string{stepPreallocate, stepGrow, stepStats, stepServerInfo} {
+	for _, step := range []string{stepPreallocate, stepGrow, stepStats, stepServerInfo, stepLost} {
 		g.failed.WithLabelValues(step) // at 0 from the start
 	}
+	for _, by := range []maker{byMaintenance, byBatch} {
+		g.windowsMade.WithLabelValues(by.String())
+	}
 	reg.MustRegister(g.fill, g.fpr, g.elements, g.ttl, g.maxLag, g.stages, g.overfilled, g.testOnly, g.grown, g.growthWait, g.refused,
-		g.evicted, g.policySafe, g.unsafePolicy, g.failed)
+		g.evicted, g.policySafe, g.unsafePolicy, g.failed, g.windowsMade, g.keysLost)
 	return g
 }
 
@@ -96,18 +107,22 @@ const (
 )
 
 // Maintain keeps the filter's windows ready, its servers watched and its
-// gauges current until ctx ends: it makes stages for windows that grow (at
-// once when a call asks for one ahead of need, and every growEvery it
-// looks for any that are due), and every
-// slowEvery reads each master's eviction policy and evicted keys (see
-// Healthy), preallocates the current window and, PreallocateLead before it starts, the next, and reads the
-// statistics of the current and the previous one into g. A failed call is
-// logged, counted by step and tried again at the next pass; nothing ends
-// the loop but ctx. It warns once per window and shard that overfills or
-// only tests, and logs an error once when a master's policy turns to one
-// that evicts and once more when it is back to noeviction. From its start
-// the filter's own figures go to g and log too: the stages a batch made,
-// the batches' waits for stages and the calls refused for them.
+// gauges current until ctx ends, in two loops that do not wait for each
+// other. One makes stages for windows that grow: at once when a call asks
+// for one ahead of need, and every growEvery it looks for any that are due.
+// The other, every slowEvery, reads each master's eviction policy and
+// evicted keys (see Healthy), makes the current window and, PreallocateLead
+// before it starts, the next (Preallocate), looks for windows whose keys
+// were lost (see lost.go), and reads the statistics of the current and the
+// previous window into g; so a growth that takes minutes on a slow server
+// does not hold up the next window. A failed call is logged, counted by
+// step and tried again at the next pass; nothing ends the loops but ctx. It
+// warns once per window and shard that overfills or only tests, and logs
+// an error once when a master's policy turns to one that evicts and once
+// more when it is back to noeviction. From its start the filter's own
+// figures go to g and log too: the stages and windows a batch made, the
+// batches' waits for stages and the calls refused for them, the windows
+// found lost.
 func (f *Filter) Maintain(ctx context.Context, g *Gauges, log *zap.Logger) {
 	f.maintain(ctx, g, log, growEvery, slowEvery)
 }
@@ -116,17 +131,23 @@ func (f *Filter) Maintain(ctx context.Context, g *Gauges, log *zap.Logger) {
 func (f *Filter) maintain(ctx context.Context, g *Gauges, log *zap.Logger, growEvery, slowEvery time.Duration) {
 	g.maxLag.Set(f.cfg.Window.MaxLag.Seconds())
 	f.obs.Store(&reporter{g: g, log: log})
-	tick := time.NewTicker(min(growEvery, slowEvery))
+	var wg sync.WaitGroup
+	wg.Go(func() { f.growLoop(ctx, g, log, growEvery) })
+	f.slowLoop(ctx, g, log, slowEvery)
+	wg.Wait()
+}
+
+// growLoop makes the stages of windows that grow: a tick looks at every
+// window; a request makes what the calls asked for. After a failure,
+// requests wait for the tick. The stages made are counted and logged as
+// they are made.
+func (f *Filter) growLoop(ctx context.Context, g *Gauges, log *zap.Logger, every time.Duration) {
+	tick := time.NewTicker(every)
 	defer tick.Stop()
-	warned := map[[2]int64]string{} // buckets and shards already warned about
-	ev := &evictionWatch{unsafe: map[string]string{}}
-	var lastSlow, growFailed time.Time
+	var failed time.Time
 	scan := true
 	for {
-		// A tick looks at every window; a request makes what the calls
-		// asked for. After a failure, requests wait for the tick. The
-		// stages made are counted and logged as they are made.
-		if now := time.Now(); now.Sub(growFailed) >= growEvery {
+		if now := time.Now(); now.Sub(failed) >= every {
 			var err error
 			if scan {
 				_, err = f.Grow(ctx, f.Now())
@@ -134,15 +155,10 @@ func (f *Filter) maintain(ctx context.Context, g *Gauges, log *zap.Logger, growE
 				_, err = f.makeWanted(ctx)
 			}
 			if err != nil && ctx.Err() == nil {
-				growFailed = now
+				failed = now
 				g.failed.WithLabelValues(stepGrow).Inc()
 				log.Warn("growing windows; trying again at the next pass", zap.Error(err))
 			}
-		}
-		if now := time.Now(); now.Sub(lastSlow) >= slowEvery {
-			lastSlow = now
-			f.watchEviction(ctx, g, ev, log)
-			f.maintainSlow(ctx, f.Now(), g, warned, log)
 		}
 		select {
 		case <-ctx.Done():
@@ -151,6 +167,23 @@ func (f *Filter) maintain(ctx context.Context, g *Gauges, log *zap.Logger, growE
 			scan = true
 		case <-f.GrowthWanted():
 			scan = false
+		}
+	}
+}
+
+// slowLoop runs the slow pass at once and then every every.
+func (f *Filter) slowLoop(ctx context.Context, g *Gauges, log *zap.Logger, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	warned := map[[2]int64]string{} // buckets and shards already warned about
+	ev := &evictionWatch{unsafe: map[string]string{}}
+	for {
+		f.watchEviction(ctx, g, ev, log)
+		f.maintainSlow(ctx, f.Now(), g, warned, log)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
 	}
 }
@@ -188,6 +221,7 @@ func (f *Filter) watchEviction(ctx context.Context, g *Gauges, w *evictionWatch,
 		if e.Evicted >= 0 {
 			g.evicted.WithLabelValues(e.Server).Set(float64(e.Evicted))
 		}
+		g.keysLost.WithLabelValues(e.Server) // at 0 until a loss, so increase() sees the first
 		if e.Policy == "" {
 			continue
 		}
@@ -237,6 +271,10 @@ func (f *Filter) maintainSlow(ctx context.Context, now time.Time, g *Gauges, war
 			g.failed.WithLabelValues(stepPreallocate).Inc()
 			log.Warn("preallocating the next window; trying again at the next pass", zap.Error(err))
 		}
+	}
+	if err := f.watchLost(ctx); err != nil && ctx.Err() == nil {
+		g.failed.WithLabelValues(stepLost).Inc()
+		log.Warn("looking for lost filter keys; trying again at the next pass", zap.Error(err))
 	}
 	st, err := f.Stats(ctx, now)
 	if err != nil {

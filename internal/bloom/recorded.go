@@ -15,8 +15,8 @@ type Recorded uint8
 const (
 	// NotDecided: at or above the record's watermark, or no record.
 	NotDecided Recorded = iota
-	// Forgotten: older than the replay horizon; a replay would be
-	// forwarded as ReplayUnknown.
+	// Forgotten: older than the replay horizon, or than the record (one
+	// lost and made again); a replay would be forwarded as ReplayUnknown.
 	Forgotten
 	// RecordedForward: decided first seen (or not filtered: late, future).
 	RecordedForward
@@ -75,16 +75,29 @@ func watermark(rec []byte) int64 {
 	return int64(binary.BigEndian.Uint64(rec[:8]) >> 1)
 }
 
+// floor is the lowest offset decided since a record was made: the 63 bits
+// from bit 64 + horizon (a multiple of 8); 0 for no record, or one written
+// only by versions that did not keep it.
+func floor(rec []byte, horizon int64) int64 {
+	at := (64 + horizon) / 8
+	if int64(len(rec)) < at+8 {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(rec[at:at+8]) >> 1)
+}
+
 // decodeRecorded reads offset off from a record as the script writes it:
 // bits 0 to 62 hold the watermark (highest decided offset + 1), bit
-// 64 + off mod horizon the decision, 1 forward and 0 drop, bits counted
-// from the most significant bit of the first byte as BITFIELD counts.
+// 64 + off mod horizon the decision, 1 forward and 0 drop, the 63 bits
+// from 64 + horizon the floor, bits counted from the most significant bit
+// of the first byte as BITFIELD counts. An offset below the floor was not
+// decided under this record (it was lost and made again): Forgotten.
 func decodeRecorded(rec []byte, off, horizon int64) Recorded {
 	mark := watermark(rec)
 	switch {
 	case off >= mark:
 		return NotDecided
-	case off < mark-horizon:
+	case off < mark-horizon || off < floor(rec, horizon):
 		return Forgotten
 	}
 	pos := 64 + off%horizon

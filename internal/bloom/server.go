@@ -152,11 +152,15 @@ func (f *Filter) Evictions(ctx context.Context) ([]Eviction, error) {
 	return out, nil
 }
 
-// Healthy reports whether the servers' eviction policies were safe when
-// last read: true until the maintenance (Maintain) finds a master whose
-// maxmemory-policy is not noeviction, false from then until every master
-// it finds is at noeviction again. CheckServer refuses such a server at
-// start; this is for a policy changed while the worker runs. A master
-// whose INFO cannot be read keeps the answer it last gave. Safe for
-// concurrent use; it reads a flag and makes no call.
-func (f *Filter) Healthy() bool { return !f.evicting.Load() }
+// Healthy reports whether the filter can decide: false while a
+// test-and-set has waited longer than Config.CallTimeout for a stage it
+// needs (see Growth in the package doc), and while the servers' eviction
+// policies were unsafe when last read: from the moment the maintenance
+// (Maintain) finds a master whose maxmemory-policy is not noeviction until
+// every master it finds is at noeviction again. CheckServer refuses such a
+// server at start; this is for a policy changed while the worker runs. A
+// master whose INFO cannot be read keeps the answer it last gave. Safe for
+// concurrent use; it makes no call.
+func (f *Filter) Healthy() bool {
+	return !f.evicting.Load() && f.waiting.longest() <= f.cfg.CallTimeout
+}

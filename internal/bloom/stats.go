@@ -16,7 +16,11 @@ type ShardStats struct {
 	Shard  int
 	Key    string
 	Exists bool
-	Bits   uint64 // m of the shard
+	// Missing: the key is absent although its window is due to live (it
+	// has begun and not expired): lost (see Maintain), or made by no
+	// replica because none ran then.
+	Missing bool
+	Bits    uint64 // m of the shard
 	// BitsSet is X, the set bits (BITCOUNT).
 	BitsSet uint64
 	// Fill is X/m.
@@ -81,11 +85,15 @@ func (f *Filter) shardStats(ctx context.Context, bucket int64, shard int) (Shard
 	st.BitsSet = uint64(count.Val())
 	st.TTL = ttl.Val()
 	st.Exists = st.TTL != -2 // PTTL of a missing key
+	st.Missing = !st.Exists && f.alive(bucket)
 	if st.TTL < 0 {
 		st.TTL = 0
 	}
 	st.Memory = mem.Val()
 	st.Stages = 1
+	if st.Exists {
+		f.lost.saw(shardBucket{shard, bucket})
+	}
 	st.Fill, st.Elements, st.FPR = f.estimate(st.BitsSet, st.Bits)
 	if !f.plan.Growth() || !st.Exists {
 		return st, nil

@@ -83,8 +83,8 @@ func (f *Filter) prepare(b *batch, elems []Element) error {
 			return fmt.Errorf("%w: element %d has source %v, want a topic, a partition >= 0 and an offset from 0 to 2^52-1", ErrInvalidElement, i, e.Source)
 		}
 		it := &b.items[i]
-		it.src = &e.Source
-		it.at = f.cfg.Window.place(e.Time, b.now, f.cfg.MaxFutureSkew)
+		it.src, it.t = &e.Source, e.Time
+		it.at = f.cfg.Window.place(e.Time, b.now, f.cfg.MaxFutureSkew, f.cfg.MaxClockSkew)
 		f.locate(e.ID, &it.loc)
 	}
 	return b.sortForCall()
@@ -93,44 +93,63 @@ func (f *Filter) prepare(b *batch, elems []Element) error {
 // run makes one script call for the items in order (sorted by shard,
 // topic, partition, offset) and writes their verdicts into out. A call
 // refused for a stage it needs is made again once the stage is made
-// (awaitStages), within Config.GrowthWait from the first refusal.
+// (awaitStages), within Config.GrowthWait from the first refusal, with the
+// items placed anew by the clock each time: a batch that waited may have
+// become Late. A call refused although the stages it named were made
+// already (the server's clock and this replica's disagree about a
+// window's end) is made again after a pause that doubles, from 1 ms to
+// 100 ms, so that it never spins. While the wait lasts longer than the
+// call time-out the filter is not Healthy.
 func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) error {
 	sc := f.encode(b, order)
 	shard := b.items[order[0]].loc.shard
 	var waitStart time.Time
 	var needs []stageRef
+	// grew: a refusal named a stage past the first, so the wait counts as
+	// one for growth (GrowthStats); a wait for a window alone is counted
+	// as the window a batch made.
+	grew := false
+	pause := time.Millisecond
 	for {
 		res, err := f.call(ctx, shard, sc)
 		if err != nil {
-			if !waitStart.IsZero() && ctx.Err() == nil {
+			if grew && ctx.Err() == nil {
 				f.waited(waitStart, needs, false)
 			}
 			return fmt.Errorf("%w: test-and-set of %d elements on shard %d: %w", ErrRedis, len(order), shard, err)
 		}
 		if list, refused := strings.CutPrefix(res, "!"); refused {
-			f.refused()
 			if needs, err = b.parseStages(list); err != nil {
 				return err
 			}
+			if slices.ContainsFunc(needs, func(r stageRef) bool { return r.stage > 0 }) {
+				grew = true
+				f.refused()
+			}
 			if waitStart.IsZero() {
 				waitStart = time.Now()
+				defer f.waiting.end(f.waiting.begin())
 			}
 			deadline := waitStart.Add(f.cfg.GrowthWait)
+			made := false
 			if !time.Now().Before(deadline) {
 				err = fmt.Errorf("%w: refused for stage %d of %s after %v", ErrGrowthWait, needs[0].stage,
 					f.FilterKey(needs[0].shard, needs[0].bucket), f.cfg.GrowthWait)
-			} else {
-				err = f.awaitStages(ctx, needs, deadline)
+			} else if made, err = f.awaitStages(ctx, needs, deadline); err == nil && !made {
+				err = pauseUntil(ctx, pause, deadline)
+				pause = min(2*pause, 100*time.Millisecond)
 			}
 			if err != nil {
-				if ctx.Err() == nil {
+				if grew && ctx.Err() == nil {
 					f.waited(waitStart, needs, false)
 				}
 				return fmt.Errorf("test-and-set of %d elements on shard %d: %w", len(order), shard, err)
 			}
+			f.replace(b, order)
+			sc = f.encode(b, order)
 			continue
 		}
-		if !waitStart.IsZero() {
+		if grew {
 			f.waited(waitStart, needs, true)
 		}
 		if verdicts, list, ok := strings.Cut(res, "+"); ok {
@@ -142,6 +161,27 @@ func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) 
 			f.want(wanted)
 		}
 		return f.decode(b, order, res, out)
+	}
+}
+
+// pauseUntil waits d, or until deadline if sooner, or until ctx ends.
+func pauseUntil(ctx context.Context, d time.Duration, deadline time.Time) error {
+	t := time.NewTimer(min(d, max(time.Until(deadline), 0)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// replace places the items in order anew by the clock (see run).
+func (f *Filter) replace(b *batch, order []int) {
+	b.now = f.cfg.Now()
+	for _, i := range order {
+		it := &b.items[i]
+		it.at = f.cfg.Window.place(it.t, b.now, f.cfg.MaxFutureSkew, f.cfg.MaxClockSkew)
 	}
 }
 
@@ -225,9 +265,8 @@ func (f *Filter) encodeGroups(b *batch, order []int) int64 {
 	clear(b.refOf)
 	b.refs = b.refs[:0]
 	b.scratch = b.scratch[:0]
-	lastByte := strconv.FormatUint(f.plan.ShardBits-8, 10)
 	recordExpire := b.now.Unix() + int64((w.Retention()+w.Length)/time.Second)
-	b.groupsArg = msgp.AppendArrayHeader(b.groupsArg[:0], uint32(6*len(b.groups)))
+	b.groupsArg = msgp.AppendArrayHeader(b.groupsArg[:0], uint32(5*len(b.groups)))
 	for _, g := range b.groups {
 		own, prev, next := f.bucketRef(b, g.own()), 0, 0
 		if g.at.prev {
@@ -240,7 +279,6 @@ func (f *Filter) encodeGroups(b *batch, order []int) int64 {
 		b.groupsArg = msgp.AppendInt(b.groupsArg, prev)
 		b.groupsArg = msgp.AppendInt(b.groupsArg, next)
 		b.groupsArg = msgp.AppendString(b.groupsArg, strconv.FormatInt(w.ExpireAt(g.at.bucket), 10))
-		b.groupsArg = msgp.AppendString(b.groupsArg, lastByte)
 		b.groupsArg = msgp.AppendString(b.groupsArg, strconv.FormatInt(w.deadline(g.at.bucket), 10))
 		recordExpire = max(recordExpire, w.ExpireAt(g.at.bucket))
 	}

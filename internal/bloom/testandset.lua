@@ -4,7 +4,11 @@
 -- KEYS: decision-record keys (one per shard and source partition) and
 -- window filter keys (one per shard and bucket), addressed by index below.
 -- ARGV[1] ring size R in bits; offset o's decision is bit 64 + o % R of its
---         record, and bits 0..62 hold the watermark: highest offset + 1.
+--         record, bits 0..62 hold the watermark (highest offset + 1), and
+--         the 63 bits from 64 + R the floor: the lowest offset decided since
+--         the record was made. An offset below it was decided, if ever,
+--         under a record that was lost (a restart without persistence, a
+--         flush): its bit says nothing, so a replay of it is 'u'.
 -- ARGV[2] Unix time the decision records must live until, at the least.
 -- ARGV[3] msgpack [recordKeyIndex, count, ...]: the partition groups, in
 --         element order; offsets ascend inside a group.
@@ -15,9 +19,9 @@
 -- ARGV[6] words per element.
 -- ARGV[7] msgpack per bucket group, in ascending bucket order: its bucket
 --         (index into ARGV[9]), the previous bucket's (0: none), the next
---         bucket's (0: none), expiry (Unix time), bit offset of stage 0's
---         last byte, deadline (Unix time: from then on the oldest key its
---         elements are tested against may be gone).
+--         bucket's (0: none), expiry (Unix time), deadline (Unix time:
+--         from then on the oldest key its elements are tested against may
+--         be gone).
 -- ARGV[8] msgpack stage table: S, each stage's capacity per shard, then
 --         the words per shard of stages 1..S-1, then the lead of stages
 --         1..S-1 in milliseconds (see the early trigger below), then the
@@ -41,8 +45,11 @@
 -- A stage is made ahead of need: once the room left in the newest stage
 -- is at most what the rate r inserts in the next stage's lead (the time
 -- making it may take), the call asks for the next stage. A new element
--- that needs the next stage when it is not made yet is not decided: the
--- whole call is refused, and nothing is written.
+-- that needs a stage not made yet (the next one, or the stage its bucket
+-- inserts into, stage 0 of a window no one made) is not decided: the
+-- whole call is refused, and nothing is written. This script never makes
+-- a filter key: it only writes words of keys made whole, by SET NX,
+-- outside it.
 --
 -- Returns, when the call is refused, '!' and the stages it needs as
 -- "bucket:stage" (bucket an index into ARGV[9]), comma-separated.
@@ -214,14 +221,13 @@ local function expireNotBefore(key, at)
 	end
 end
 
-local PER_GROUP = 6 -- entries per bucket group in groupTab
+local PER_GROUP = 5 -- entries per bucket group in groupTab
 local nb = #groupTab / PER_GROUP
 -- group returns the entries of bucket group g, in order: ref, its bucket
 -- (an index into bucketTab); prevRef and nextRef, the previous and the
 -- next bucket's (0: not tested); expiry, the Unix time its keys live
--- until; lastByte, the bit offset of stage 0's last byte; deadline, the
--- Unix time from which the oldest key its elements are tested against may
--- be gone.
+-- until; deadline, the Unix time from which the oldest key its elements
+-- are tested against may be gone.
 local function group(g)
 	return unpack(groupTab, PER_GROUP * (g - 1) + 1, PER_GROUP * g)
 end
@@ -235,7 +241,7 @@ local t = redis.call('TIME')
 local nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local past = {}
 for g = 1, nb do
-	local _, _, _, _, _, deadline = group(g)
+	local _, _, _, _, deadline = group(g)
 	past[g] = nowMs >= tonumber(deadline) * 1000
 end
 
@@ -245,7 +251,8 @@ local e, wi = 1, 0
 for p = 1, #parts, 2 do
 	local key = KEYS[parts[p]]
 	local last = e + parts[p + 1] - 1
-	local mark = redis.call('BITFIELD', key, 'GET', 'u63', '0')[1]
+	local head = redis.call('BITFIELD', key, 'GET', 'u63', '0', 'GET', 'u63', fmt('%d', 64 + R))
+	local mark, floor = head[1], head[2]
 	local reads, readEls, nr = {}, {}, 0
 	for x = e, last do
 		local base = (x - 1) * stride
@@ -255,7 +262,7 @@ for p = 1, #parts, 2 do
 			wi = wi + W
 		end
 		if off < mark then
-			if off >= mark - R then
+			if off >= mark - R and off >= floor then
 				nr = nr + 1
 				reads[3 * nr - 2] = 'GET'
 				reads[3 * nr - 1] = 'u1'
@@ -291,7 +298,7 @@ local touched = {} -- first key index of the stages this call writes
 local wants, needs = {}, {} -- "ref:stage" due ahead; needed now (refused)
 local dirtyOf = {} -- filter key index -> { n, offsets... }
 local written = {} -- key index -> expiry, for the keys written
-local lastByteOf = {} -- stage 0 key index -> bit offset of its last byte
+local exists = {} -- first key index of a stage -> whether it is made
 
 -- inStage tests the candidates xs[1..n] against stage st (first key
 -- keyIdx): the first word for all, the others only where the first holds,
@@ -333,9 +340,8 @@ end
 for g = 1, nb do
 	local xs, n = fresh[g], nfresh[g]
 	if n > 0 then
-		local ref, prevRef, nextRef, expiry, lastByte = group(g)
+		local ref, prevRef, nextRef, expiry = group(g)
 		local gs = growth(ref)
-		lastByteOf[stageKey(ref, 0)] = lastByte
 
 		-- The newest stage is read whole, as the words inserts will change;
 		-- the older ones, full, are tested like the neighbours.
@@ -423,7 +429,9 @@ for g = 1, nb do
 			else
 				verdict[x] = 'N'
 				if gs.n >= capOf[gs.k] and gs.k + 1 < S then
-					if made(keyOf[gs.k + 1], gs.k + 1) then
+					local nk = keyOf[gs.k + 1]
+					if exists[nk] == nil then exists[nk] = made(nk, gs.k + 1) end
+					if exists[nk] then
 						gs.k, gs.n, gs.dirty = gs.k + 1, 0, true
 						gs.x = math.max(gs.x, gs.k)
 					else
@@ -433,6 +441,15 @@ for g = 1, nb do
 					end
 				end
 				-- Past the last stage the bucket only tests.
+				-- The stage inserted into must be made (stage 0 of a window
+				-- no one made, or one whose keys were lost, is not).
+				local sk = keyOf[gs.k]
+				if gs.n < capOf[gs.k] and exists[sk] == nil then exists[sk] = made(sk, gs.k) end
+				if gs.n < capOf[gs.k] and not exists[sk] then
+					refused = true
+					needs[#needs + 1] = ref .. ':' .. gs.k
+					break
+				end
 				if gs.n >= capOf[gs.k] then
 					gs.c, gs.dirty = gs.c + 1, true
 				else
@@ -505,11 +522,12 @@ for i = 0, 50 do pow2[i] = 2 ^ i end
 for r = 1, nrec do
 	local key, mark, a, z = records[r][1], records[r][2], records[r][3], records[r][4]
 	local args, m = ARGS, 0
-	local start, last, val
+	local start, last, val, first
 	for x = a, z do
 		local v = verdict[x]
 		if v == 'N' or v == 'D' or v == 'U' then
 			local off = el[(x - 1) * stride + 1]
+			first = first or off
 			local b = (v == 'D') and 0 or 1
 			if start and off - start < 50 and start % R + (off - start) < R then
 				val = val * pow2[off - last] + b
@@ -532,22 +550,22 @@ for r = 1, nrec do
 			args[m + 1], args[m + 2], args[m + 3], args[m + 4] = 'SET', 'u63', '0', fmt('%d', last + 1)
 			m = m + 4
 		end
+		if mark == 0 and first > 0 then
+			-- A record made now: older offsets were not decided under it.
+			args[m + 1], args[m + 2], args[m + 3], args[m + 4] = 'SET', 'u63', fmt('%d', 64 + R), fmt('%d', first)
+			m = m + 4
+		end
 		bitfield(key, args, m, 4)
 		expireNotBefore(key, recordExpire)
 	end
 end
 
--- 4. Filter words. The first sub-operation gives a new stage 0 key its
--- full length at once, so later writes never grow it; later stages are
--- made at full length ahead of use. Then the growth records.
+-- 4. Filter words, into keys made whole before (checked above), so no
+-- write grows a key. Then the growth records.
 for keyIdx, d in pairs(dirtyOf) do
 	local c, nd = caches[keyIdx], d[1]
 	if nd > 0 then
 		local args, m = ARGS, 0
-		if lastByteOf[keyIdx] then
-			args[1], args[2], args[3], args[4] = 'INCRBY', 'u8', lastByteOf[keyIdx], '0'
-			m = 4
-		end
 		for k = 1, nd do
 			local off = d[k + 1]
 			args[m + 1], args[m + 2], args[m + 3], args[m + 4] = 'SET', 'u52', off, fmt('%d', c[off])

@@ -103,7 +103,7 @@ func (w Window) Deadline(t time.Time) time.Time {
 // the lag bound: its keys may be gone, so it cannot be deduplicated. It is
 // the Late of place: an event not yet begun is never late, so the future
 // skew does not matter here.
-func (w Window) Late(t, now time.Time) bool { return w.place(t, now, 0).status == Late }
+func (w Window) Late(t, now time.Time) bool { return w.place(t, now, 0, 0).status == Late }
 
 // placement is where an event stands against the windows when it is
 // decided: its bucket, whether it is tested at all, and which buckets a
@@ -140,12 +140,15 @@ func (p placement) buckets() []int64 {
 //   - Late: now is at or past its Deadline (a whole second, so comparing
 //     with now's second is exact).
 //   - Otherwise it is tested, in its bucket and, in Rolling mode, in the
-//     previous one and, once its bucket has ended by now, the next one
-//     (see Windows in the package doc for why).
+//     previous one and, once the next bucket may hold its copies, the next
+//     one: from clockSkew plus maxFutureSkew before its bucket ends, the
+//     time from which a replica whose clock is up to clockSkew ahead
+//     tests (and inserts) events of the next bucket (see Windows and
+//     Clocks in the package doc).
 //
 // The buckets are given for Late and Future events too (Explain shows
 // them); the test-and-set does not read them.
-func (w Window) place(t, now time.Time, maxFutureSkew time.Duration) placement {
+func (w Window) place(t, now time.Time, maxFutureSkew, clockSkew time.Duration) placement {
 	p := placement{bucket: w.Bucket(t)}
 	switch {
 	case p.bucket > w.Bucket(now.Add(maxFutureSkew)):
@@ -155,13 +158,15 @@ func (w Window) place(t, now time.Time, maxFutureSkew time.Duration) placement {
 	}
 	if w.Mode == Rolling {
 		p.prev = true
-		p.next = p.bucket < w.Bucket(now)
+		p.next = p.bucket < w.Bucket(now.Add(maxFutureSkew+clockSkew))
 	}
 	return p
 }
 
 // Live is how many buckets of keys exist at once at most when each
-// bucket's keys are made lead before it starts (PreallocateLead): a
+// bucket's keys are made lead before it starts (PreallocateLead, or the
+// future skew when longer: a future event's window is made when it is
+// first tested): a
 // bucket's keys live from then until they expire, MaxLag after the end of
 // the last bucket whose events test them (ExpireAt), and the buckets alive
 // at one instant are those whose lives cover it. A 10-minute rolling window

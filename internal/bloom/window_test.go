@@ -12,16 +12,20 @@ import (
 // place is the one classifier of an event time: tested, Late or Future,
 // and the buckets a test reads. Here at its edges, in both modes: the
 // future limit, the deadline to the nanosecond, and the next bucket read
-// only once the event's bucket has ended by the clock.
+// from the future skew plus the clock skew before the event's bucket ends.
 func TestPlaceAtItsEdges(t *testing.T) {
 	const (
-		L    = 10 * time.Minute
-		lag  = time.Hour
-		skew = 10 * time.Minute
+		L     = 10 * time.Minute
+		lag   = time.Hour
+		skew  = 2 * time.Minute
+		clock = 5 * time.Second
 	)
 	// An aligned present, from the clock: buckets and deadlines fall on
 	// its multiples of L.
 	cur := time.Now().Truncate(L)
+	// From reach before a bucket ends, a replica whose clock is clock ahead
+	// may insert events of the next bucket.
+	reach := cur.Add(L - skew - clock)
 	for _, mode := range []Mode{Rolling, Fixed} {
 		w := Window{Length: L, Mode: mode, MaxLag: lag}
 		rolling := mode == Rolling
@@ -32,15 +36,18 @@ func TestPlaceAtItsEdges(t *testing.T) {
 			prev, next bool
 		}{
 			{"live, in the current bucket", cur.Add(time.Minute), cur.Add(2 * time.Minute), 0, rolling, false},
+			{"live, just before the next bucket may hold copies", cur.Add(time.Minute), reach.Add(-time.Nanosecond), 0, rolling, false},
+			{"live, once the next bucket may hold copies", cur.Add(time.Minute), reach, 0, rolling, rolling},
 			{"the previous bucket, ended", cur.Add(-time.Minute), cur.Add(time.Minute), 0, rolling, rolling},
 			{"one nanosecond before the deadline", cur.Add(-lag - L/2), cur.Add(-time.Nanosecond), 0, rolling, rolling},
 			{"at the deadline", cur.Add(-lag - L/2), cur, Late, rolling, rolling},
 			{"past the deadline", cur.Add(-lag - L/2), cur.Add(time.Hour), Late, rolling, rolling},
-			{"the last bucket within the skew", cur.Add(skew + L - time.Second), cur, 0, rolling, false},
-			{"the first bucket beyond the skew", cur.Add(skew + L), cur, Future, rolling, false},
+			{"the next bucket, before the skew reaches it", cur.Add(L), cur.Add(L - skew - time.Nanosecond), Future, rolling, false},
+			{"the next bucket, once the skew reaches it", cur.Add(2*L - time.Second), cur.Add(L - skew), 0, rolling, false},
+			{"the bucket after, beyond the skew", cur.Add(2 * L), cur.Add(L - skew), Future, rolling, false},
 		} {
 			t.Run(mode.String()+": "+c.name, func(t *testing.T) {
-				p := w.place(c.t, c.now, skew)
+				p := w.place(c.t, c.now, skew, clock)
 				want := placement{bucket: w.Bucket(c.t), status: c.status, prev: c.prev, next: c.next}
 				if p != want {
 					t.Fatalf("place(%v, %v) = %+v, want %+v", c.t, c.now, p, want)
