@@ -86,8 +86,9 @@ type Config struct {
 	// per window length of MaxLag. Default: 1h; up to 744h.
 	MaxLag time.Duration `envconfig:"MAX_LAG" default:"1h"`
 	// LatePolicy is what becomes of an event beyond the bound (decided
-	// more than MaxLag after the end of its window, or stamped beyond the
-	// end of the window after the clock's): forward
+	// more than MaxLag after the end of its window, or stamped so far
+	// ahead of the clock that its window starts after the next window's
+	// preallocation lead): forward
 	// (undeduplicated, with the dedupe-undeduplicated header) or
 	// dead-letter (reason late or future). Default: forward.
 	LatePolicy string `envconfig:"LATE_POLICY" default:"forward"`

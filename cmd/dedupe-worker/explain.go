@@ -112,7 +112,7 @@ func explainID(ctx context.Context, w io.Writer, f *bloom.Filter, cfg config.Con
 	fmt.Fprintf(w, "deduplicated until %s (the end of its window plus DEDUPE_MAX_LAG %v)\n", e.Deadline.Format(time.RFC3339), win.MaxLag)
 	switch {
 	case e.Future:
-		fmt.Fprintf(w, "a copy decided now: future (stamped beyond the window after the clock's), not deduplicated: %s\n", lateAction(cfg))
+		fmt.Fprintf(w, "a copy decided now: future (stamped so far ahead of the clock that its window starts after the next window's preallocation lead), not deduplicated: %s\n", lateAction(cfg))
 	case e.Late:
 		fmt.Fprintf(w, "a copy decided now: late (past its deadline), not deduplicated: %s\n", lateAction(cfg))
 	case e.Seen() && cfg.Mode == config.ModeShadow:

@@ -148,3 +148,49 @@ func explainFilter(t *testing.T) *bloom.Filter {
 	}
 	return f
 }
+
+// stats shows each window of the configured pipeline from Redis, and says
+// which are missing though due to live: here the current window made and
+// the previous one not (lost, or no worker ran then).
+func TestStatsCommandShowsMissingWindows(t *testing.T) {
+	f := explainFilter(t)
+	w := f.Window()
+	var out, errb bytes.Buffer
+	var b int64
+	// Again if a window began while the command ran.
+	for b = w.Bucket(time.Now()); ; b = w.Bucket(time.Now()) {
+		if err := f.Preallocate(t.Context(), w.Start(b)); err != nil {
+			t.Fatal(err)
+		}
+		out.Reset()
+		if code := run([]string{"stats"}, &out, &errb); code != 0 {
+			t.Fatalf("stats: exit %d: %s", code, errb.String())
+		}
+		if w.Bucket(time.Now()) == b {
+			break
+		}
+	}
+	t.Logf("stats:\n%s", out.String())
+	lines := strings.Split(out.String(), "\n")
+	for _, c := range []struct {
+		bucket int64
+		state  string
+	}{{b, "live"}, {b - 1, "MISSING"}} {
+		key := f.FilterKey(0, c.bucket)
+		found := false
+		for _, l := range lines {
+			if strings.Contains(l, key+" ") {
+				found = true
+				if fs := strings.Fields(l); len(fs) < 4 || fs[3] != c.state {
+					t.Errorf("the row of %s: %q, want state %s", key, l, c.state)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no row for %s", key)
+		}
+	}
+	if !strings.Contains(out.String(), "1 window keys MISSING") {
+		t.Errorf("no line counting the missing windows")
+	}
+}

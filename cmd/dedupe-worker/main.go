@@ -167,7 +167,7 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		rowLive, lead := liveOf(pl)
 		if live == 0 {
 			live, asked = rowLive, pl
-			fmt.Fprintf(stdout, "%s windows of %v with a lag bound of %v: at most %d windows of keys live at once at p = %g (the next window's keys are made %v before it starts)\n",
+			fmt.Fprintf(stdout, "%s windows of %v with a lag bound of %v: at most %d windows of keys live at once at p = %g (the next window's keys are made %v before it starts; an event stamped ahead of the clock is deduplicated if its window starts within that lead, else it is future)\n",
 				*mode, *window, *maxLag, live, target, lead.Round(time.Second))
 			if *layout != "" {
 				fmt.Fprintf(stdout, "layout: %s, as set (-layout, DEDUPE_LAYOUT): W words of B bits per ID\n", *layout)
@@ -264,11 +264,23 @@ func stats(ctx context.Context, stdout, stderr io.Writer) int {
 		return 1
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "window start (UTC)\tshard\tkey\tstages\tbits set\tfill (newest stage)\test. elements\tfalse-positive rate\toverfilled\ttest-only\tTTL\tbytes")
+	fmt.Fprintln(tw, "window start (UTC)\tshard\tkey\tstate\tstages\tbits set\tfill (newest stage)\test. elements\tfalse-positive rate\toverfilled\ttest-only\tTTL\tbytes")
+	missing := 0
 	for _, s := range st {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%.4f\t%.0f\t%.2g\t%d\t%d\t%v\t%d\n", s.Start.Format(time.RFC3339), s.Shard, s.Key, s.Stages,
+		state := "live"
+		switch {
+		case s.Missing:
+			state = "MISSING"
+			missing++
+		case !s.Exists:
+			state = "expired"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%.4f\t%.0f\t%.2g\t%d\t%d\t%v\t%d\n", s.Start.Format(time.RFC3339), s.Shard, s.Key, state, s.Stages,
 			s.BitsSet, s.Fill, s.Elements, s.FPR, s.Overfilled, s.TestOnly, s.TTL.Round(time.Second), s.Memory)
 	}
 	tw.Flush()
+	if missing > 0 {
+		fmt.Fprintf(stdout, "%d window keys MISSING though their windows are due to live: lost (a Redis restart without persistence, a flush, a failover to a replica that had not caught up; the workers log and count it, dedupe_filter_keys_lost_total), or no worker ran then\n", missing)
+	}
 	return 0
 }

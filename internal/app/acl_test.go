@@ -6,10 +6,17 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
+	"dedupe-worker/config"
+	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/redisproc"
+	"dedupe-worker/internal/testenv"
+	"dedupe-worker/internal/testenv/replicas"
 )
 
 // workerACL is the README's Redis ACL for the worker (the block after
@@ -110,4 +117,52 @@ func withWorkerUser(t *testing.T, o redisproc.Options, workerPassword string) re
 	o.User, o.Password = aclAdmin, password(t, "admin")
 	o.Users = []string{workerACL(t, "sec", aclWorker, workerPassword)}
 	return o
+}
+
+// The filter's maintenance stays within the README's ACL on passes after
+// the first too (the first makes the windows and the marker; later ones
+// keep the marker alive and look for lost windows), and so does a batch
+// that needs a window not made yet: Redis logs no denial.
+func TestMaintenanceWithinTheWorkersACL(t *testing.T) {
+	workerPass := password(t, "worker")
+	srv := testenv.RedisWith(t, withWorkerUser(t, redisproc.Options{}, workerPass))
+	admin := testenv.RedisClient(t, srv)
+	cfg := replicas.Config("sec", []string{"127.0.0.1:9"}, srv.Addr)
+	cfg.RedisUsername, cfg.RedisPassword = aclWorker, config.Secret(workerPass)
+	rc, err := NewRedis(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	f, err := NewFilter(cfg, rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A batch in a window from an hour ago, which no one made.
+	at := time.Now().Add(-time.Hour)
+	if _, err := f.TestAndSet(t.Context(), []bloom.Element{{ID: []byte("a"), Time: at, Source: bloom.Source{Topic: "in", Offset: 0}}}); err != nil {
+		t.Fatal(err)
+	}
+	expireAts := func() int64 { return testenv.CommandStat(t, admin, "expireat", "calls") }
+	for pass := range 2 {
+		before := expireAts()
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f.Maintain(ctx, bloom.NewGauges(prometheus.NewRegistry(), cfg.Pipeline), zap.NewNop())
+		}()
+		// The first pass makes the marker; the second keeps it alive.
+		what := []string{"the marker made", "the marker kept alive"}[pass]
+		testenv.Eventually(t, 10*time.Second, what, func() bool {
+			if pass == 0 {
+				n, _ := admin.Exists(t.Context(), f.MarkerKey(0)).Result()
+				return n == 1
+			}
+			return expireAts() > before
+		})
+		cancel()
+		<-done
+	}
+	noDenials(t, admin)
 }

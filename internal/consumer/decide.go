@@ -229,7 +229,7 @@ func beyondBound(v bloom.Verdict) error {
 // DeadLetterLate.
 var (
 	ErrLate   = record.Late.Err("late: processed after the lag bound (max lag past the end of its event time's window), not deduplicated")
-	ErrFuture = record.Future.Err("future: event time beyond the end of the window after the clock's, not deduplicated")
+	ErrFuture = record.Future.Err("future: event time so far ahead of the clock that its window starts after the next window's preallocation lead, not deduplicated")
 )
 
 // ErrTooLarge dead-letters a message too large to produce again with the

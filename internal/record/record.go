@@ -173,8 +173,9 @@ const (
 	TooLarge
 	// Late: processed after the lag bound, under the dead-letter policy.
 	Late
-	// Future: stamped beyond the window after the clock's, under the
-	// dead-letter policy.
+	// Future: stamped so far ahead of the clock that its window starts
+	// after the next window's preallocation lead, under the dead-letter
+	// policy.
 	Future
 	// Refused: the output topic refused the forwarded event as invalid
 	// (INVALID_RECORD, INVALID_TIMESTAMP, CORRUPT_MESSAGE).
