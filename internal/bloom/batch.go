@@ -59,12 +59,11 @@ type batch struct {
 	// keys are the script's KEYS; keyIdx gives each one's 1-based index.
 	keys   []string
 	keyIdx map[string]int
-	// The script's msgpack arguments (see testandset.lua): the partition
-	// runs (ARGV[3]), the elements (ARGV[4]), the words' bit offsets
-	// (ARGV[5]), the bucket groups (ARGV[7]) and the keys of every bucket
-	// the call reads (ARGV[9]).
-	partsArg, elemsArg, wordsArg, groupsArg, bucketsArg []byte
-	scratch                                             []byte
+	// The script's arguments (protocol.go): the partition runs, the
+	// elements, the bucket groups, the buckets the call reads, and where
+	// the elements are (two slots).
+	runsArg, elemsArg, groupsArg, bucketsArg, locArg, offsArg []byte
+	scratch                                                   []byte
 	// groups are the bucket groups of the call, ascending by bucket.
 	groups []bucketGroup
 	// refOf numbers the buckets the call reads, its groups' own and their

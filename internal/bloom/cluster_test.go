@@ -32,7 +32,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	const n, size, minElements = 80_000, 250, 20_000
 	f := newFilter(t, cc, t0, n, 1e-6, func(cfg *Config) {
 		cfg.Pipeline = "migrate"
-		p, _ := NewPlan(n, 1e-6, PlanOptions{MinShards: 2})
+		p, _ := NewPlan(n, 1e-6, PlanOptions{MinShards: 2, Kind: testKind})
 		cfg.Plan = p
 	})
 	slot, err := cc.ClusterKeySlot(ctx, f.FilterKey(0, 0)).Result()

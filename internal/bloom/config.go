@@ -122,8 +122,7 @@ func (c *Config) validate() error {
 	if !NamePattern.MatchString(c.KeyPrefix) {
 		return fmt.Errorf("key prefix %q: want 1 to 100 letters, digits, '.', '_' or '-'", c.KeyPrefix)
 	}
-	if c.Plan.Shards < 1 || c.Plan.ShardBits < WordBits || c.Plan.ShardBits%WordBits != 0 || c.Plan.ShardBits > MaxKeyBits ||
-		c.Plan.Layout.Words < 1 || c.Plan.Layout.Words > MaxWords || c.Plan.Layout.BitsPerWord < 1 || c.Plan.Layout.BitsPerWord > WordBits {
+	if !c.Plan.valid() {
 		return fmt.Errorf("plan %+v is not one NewPlan makes", c.Plan)
 	}
 	if err := c.Window.validate(); err != nil {

@@ -87,11 +87,14 @@ func (f *Filter) Explain(ctx context.Context, id []byte, t time.Time) (Explanati
 	return e, nil
 }
 
-// probe reads whether p's keys exist, their TTL, and the ID's words in
-// them.
+// probe reads whether p's keys exist, their TTL, and the ID's words (or
+// fingerprint) in them.
 func (f *Filter) probe(ctx context.Context, p *Probe, loc *location) error {
 	cctx, cancel := f.callCtx(ctx)
 	defer cancel()
+	if f.plan.Kind == KindFingerprint {
+		return f.probeFingerprint(cctx, p, loc)
+	}
 	// The ID's words, by the key that holds them.
 	type word struct {
 		j   int

@@ -230,7 +230,7 @@ func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipe
 	ctx := context.Background()
 	f := newFilter(t, cc, t0, 200_000, 1e-6, func(cfg *Config) {
 		cfg.Pipeline = pipeline
-		cfg.Plan, _ = NewPlan(200_000, 1e-6, PlanOptions{MinShards: 3})
+		cfg.Plan, _ = NewPlan(200_000, 1e-6, PlanOptions{MinShards: 3, Kind: testKind})
 		cfg.MinReplicas = minReplicas
 		cfg.CallTimeout = 400 * time.Millisecond
 	})

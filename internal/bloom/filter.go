@@ -46,8 +46,8 @@ type Filter struct {
 	// stages; obs is where they are also reported once Maintain runs.
 	stats growthStats
 	obs   atomic.Pointer[reporter]
-	// stageTab is the script's stage table (stageTable).
-	stageTab []byte
+	// plansArg is the script's argPlans (plansArg).
+	plansArg []byte
 	// evicting is set while the maintenance finds a master whose eviction
 	// policy is not noeviction (see Healthy).
 	evicting atomic.Bool
@@ -83,7 +83,7 @@ func New(client redis.UniversalClient, cfg Config) (*Filter, error) {
 	f.scriptCached = make([]atomic.Bool, cfg.Plan.Shards)
 	f.growWanted = make(chan struct{}, 1)
 	f.pending = map[stageRef]struct{}{}
-	f.stageTab = stageTable(cfg.Plan.Stages)
+	f.plansArg = plansArg(cfg.Plan)
 	f.prefixes = shardPrefixes(cfg, f.tag)
 	return f, nil
 }

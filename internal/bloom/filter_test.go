@@ -23,7 +23,7 @@ import (
 // clock behind Redis's makes keys that expire at once.
 func newFilter(t testing.TB, c redis.UniversalClient, now time.Time, n int64, p float64, mutate func(*Config)) *Filter {
 	t.Helper()
-	plan, err := NewPlan(n, p, PlanOptions{})
+	plan, err := NewPlan(n, p, PlanOptions{Kind: testKind})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestReplayGivesTheFirstDecisions(t *testing.T) {
 			}
 			mutate := func(cfg *Config) {
 				cfg.Pipeline = "replay-" + topo
-				p, _ := NewPlan(20_000, 1e-6, PlanOptions{MinShards: shards})
+				p, _ := NewPlan(20_000, 1e-6, PlanOptions{MinShards: shards, Kind: testKind})
 				cfg.Plan = p
 			}
 			a := newFilter(t, c, t0, 20_000, 1e-6, mutate)
@@ -310,7 +310,7 @@ func TestConcurrentReplicasAgree(t *testing.T) {
 			for r := 0; r < replicas; r++ {
 				f := newFilter(t, c, t0, 50_000, 1e-6, func(cfg *Config) {
 					cfg.Pipeline = "race-" + topo
-					p, _ := NewPlan(50_000, 1e-6, PlanOptions{MinShards: 4})
+					p, _ := NewPlan(50_000, 1e-6, PlanOptions{MinShards: 4, Kind: testKind})
 					cfg.Plan = p
 				})
 				wg.Add(1)
@@ -390,7 +390,7 @@ func TestMeasuredFalsePositives(t *testing.T) {
 			plan := f.Plan()
 			var want float64
 			for i := 0; i < tc.queries; i += 100 {
-				want += 100 * BlockedFPR(float64(plan.Bits())/float64(tc.n+i+50), plan.Layout)
+				want += 100 * plan.FPRHolding(float64(tc.n+i+50))
 			}
 			bound := 5*math.Sqrt(want) + 1
 			if math.Abs(float64(fp)-want) > bound {
@@ -406,7 +406,7 @@ func TestStatsEstimateCount(t *testing.T) {
 	t0 := testenv.Now()
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 50_000, 1e-4, func(cfg *Config) {
-		p, _ := NewPlan(50_000, 1e-4, PlanOptions{MinShards: 2})
+		p, _ := NewPlan(50_000, 1e-4, PlanOptions{MinShards: 2, Kind: testKind})
 		cfg.Plan = p
 	})
 	const n = 30_000
@@ -474,20 +474,30 @@ func TestPreallocateMakesFullKeysWithTTL(t *testing.T) {
 	if err := f.Preallocate(t.Context(), t0); err != nil {
 		t.Fatal(err)
 	}
-	key := f.FilterKey(0, f.cfg.Window.Bucket(t0))
+	b := f.cfg.Window.Bucket(t0)
+	key := f.FilterKey(0, b)
+	st0 := f.Plan().Stages[0]
+	var mem int64
+	for pt := range st0.Parts {
+		n, err := c.StrLen(t.Context(), f.PartKey(0, b, 0, pt)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uint64(n) != st0.partBytes() {
+			t.Errorf("part %d: preallocated %d bytes, want %d", pt, n, st0.partBytes())
+		}
+		m, err := c.MemoryUsage(t.Context(), f.PartKey(0, b, 0, pt)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mem += m
+	}
+	if mem <= 0 || uint64(mem) > f.Plan().Memory+256*uint64(st0.Parts) {
+		t.Errorf("MEMORY USAGE %d, plan says %d", mem, f.Plan().Memory)
+	}
 	n, err := c.StrLen(t.Context(), key).Result()
 	if err != nil {
 		t.Fatal(err)
-	}
-	if uint64(n) != keyBytes(f.Plan().ShardBits) {
-		t.Errorf("preallocated %d bytes, want %d", n, keyBytes(f.Plan().ShardBits))
-	}
-	mem, err := c.MemoryUsage(t.Context(), key).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mem <= 0 || uint64(mem) > f.Plan().Memory+256 {
-		t.Errorf("MEMORY USAGE %d, plan says %d", mem, f.Plan().Memory)
 	}
 	verdicts(t, f, el("a", 0, 0, t0))
 	// A second preallocation must not clear what was written.

@@ -54,7 +54,7 @@ func makeTimeout(callTimeout time.Duration, size uint64) time.Duration {
 // stageMakeTimeout bounds the making of one shard's stage st: its parts,
 // one after the other.
 func stageMakeTimeout(callTimeout time.Duration, st Stage) time.Duration {
-	return time.Duration(st.Parts) * makeTimeout(callTimeout, keyBytes(st.PartBits))
+	return time.Duration(st.Parts) * makeTimeout(callTimeout, st.partBytes())
 }
 
 // stageRef names one stage of one shard of a bucket.
@@ -120,7 +120,7 @@ func (f *Filter) makeStage(ctx context.Context, r stageRef, by maker) (makeResul
 			o.g.grown.Inc()
 			st := f.plan.Stages[r.stage]
 			o.log.Info("window grew: next stage made", zap.Time("window", f.cfg.Window.Start(r.bucket)), zap.Int("shard", r.shard),
-				zap.Int("stage", r.stage), zap.Int("parts", made), zap.Uint64("bytes", uint64(made)*keyBytes(st.PartBits)), zap.Duration("took", time.Since(start)))
+				zap.Int("stage", r.stage), zap.Int("parts", made), zap.Uint64("bytes", uint64(made)*st.partBytes()), zap.Duration("took", time.Since(start)))
 		}
 	}
 	return res, nil
@@ -150,7 +150,7 @@ func (f *Filter) makePart(ctx context.Context, r stageRef, pt int) (makeResult, 
 	if n == 1 {
 		return stageExists, nil
 	}
-	size := keyBytes(f.plan.Stages[r.stage].PartBits)
+	size := f.plan.Stages[r.stage].partBytes()
 	timeout := makeTimeout(f.cfg.CallTimeout, size)
 	cctx, cancel = f.callCtx(ctx)
 	// The lock outlives the SET's own time-out, which starts after it.

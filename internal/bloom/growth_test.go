@@ -37,7 +37,7 @@ func assertStage(t testing.TB, f *Filter, at time.Time, want int, maxTestOnly in
 // to growth times n, with its clock at now.
 func growingFilter(t testing.TB, c redis.UniversalClient, now time.Time, n int64, p, growth float64, mutate ...func(*Config)) *Filter {
 	t.Helper()
-	plan, err := NewPlan(n, p, PlanOptions{MaxGrowth: growth})
+	plan, err := NewPlan(n, p, PlanOptions{MaxGrowth: growth, Kind: testKind})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestGrowthKeepsTheRate(t *testing.T) {
 			c := srv.client(t)
 			at := testenv.Now()
 			f := growingFilter(t, c, at, n, p, 64, func(cfg *Config) {
-				plan, err := NewPlan(n, p, PlanOptions{MaxGrowth: 64, MinShards: srv.shards})
+				plan, err := NewPlan(n, p, PlanOptions{MaxGrowth: 64, MinShards: srv.shards, Kind: testKind})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -171,9 +171,21 @@ func TestGrowthKeepsTheRate(t *testing.T) {
 			if t.Failed() {
 				return
 			}
-			// The same load without growth.
+			// The same load without growth: a Bloom filter takes every ID
+			// and its rate climbs; a fingerprint table stops at its hard
+			// load, and the rest are only tested (their copies pass).
 			flat := growingFilter(t, c, at, n, p, 1, func(cfg *Config) { cfg.Pipeline = "flat" })
-			if got := fillTo(t, flat, at, "id", 0, 64*n); got < 10*int(p*64*n) {
+			got := fillTo(t, flat, at, "id", 0, 64*n)
+			if testKind == KindFingerprint {
+				var only int64
+				for s := range flat.plan.Shards {
+					g, _ := flat.growth(t.Context(), s, flat.cfg.Window.Bucket(at))
+					only += g.TestOnly
+				}
+				if only < 60*n {
+					t.Errorf("without growth at 64x: %d IDs only tested, want all but the table's hard load (%d slots)", only, flat.plan.Stages[0].slots())
+				}
+			} else if got < 10*int(p*64*n) {
 				t.Errorf("without growth at 64x: %d false positives, expected far more than %g", got, p*64*n)
 			}
 		})
@@ -614,6 +626,12 @@ func inParts(plan Plan, k int) Plan {
 	plan.Stages = slices.Clone(plan.Stages)
 	for i := 1; i < len(plan.Stages); i++ {
 		st := &plan.Stages[i]
+		if plan.Kind == KindFingerprint {
+			per := (st.slots() + uint64(k) - 1) / uint64(k)
+			st.Parts, st.PartSlots, st.PartBits = k, per, per*uint64(st.Bytes)*8
+			st.ShardBits = st.PartBits * uint64(k)
+			continue
+		}
 		per := (st.ShardBits/WordBits + uint64(k) - 1) / uint64(k)
 		st.Parts, st.PartBits, st.ShardBits = k, per*WordBits, per*WordBits*uint64(k)
 	}
@@ -655,6 +673,19 @@ func TestStageWordsMatchTheScript(t *testing.T) {
 			for _, id := range ids {
 				var loc location
 				f.locate([]byte(id), &loc)
+				if f.plan.Kind == KindFingerprint {
+					st := f.plan.Stages[1]
+					pt, off := homeSlot(loc.u[0], st)
+					usedParts[pt] = true
+					run, err := c.GetRange(t.Context(), f.PartKey(loc.shard, b, 1, pt), int64(off), int64(off)+fpProbeLimit*int64(st.Bytes)-1).Bytes()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !runHolds(run, fingerprint(loc.fp, st.Bytes)) {
+						t.Errorf("%s: its fingerprint is not in the run from its home at %d of part %d in stage 1", id, off, pt)
+					}
+					continue
+				}
 				for j := 0; j < f.plan.Layout.Words; j++ {
 					pt, off := stageWord(loc.u[j], f.plan.Stages[1])
 					usedParts[pt] = true
@@ -668,8 +699,11 @@ func TestStageWordsMatchTheScript(t *testing.T) {
 					}
 				}
 			}
-			if len(usedParts) != parts {
+			if len(usedParts) != parts && f.plan.Kind == KindBloom {
 				t.Errorf("the IDs' words are in parts %v, want every one of %d", usedParts, parts)
+			}
+			if len(usedParts) == 0 {
+				t.Errorf("the IDs are in no part")
 			}
 		})
 	}

@@ -13,6 +13,9 @@ import (
 // length, the replay horizon, the stages' sizes and capacities) gives new
 // keys instead of corrupting live ones.
 func layoutTag(cfg Config) string {
+	if cfg.Plan.Kind == KindFingerprint {
+		return fingerprintTag(cfg)
+	}
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%d/%d/%d/%d/%d/%d", cfg.Plan.Layout.Words, cfg.Plan.Layout.BitsPerWord,
 		cfg.Plan.ShardBits, cfg.Plan.Shards, cfg.Window.seconds(), cfg.ReplayHorizon)
@@ -25,6 +28,19 @@ func layoutTag(cfg Config) string {
 		}
 	}
 	return fmt.Sprintf("v1-%08x", h.Sum32())
+}
+
+// fingerprintTag is layoutTag for the fingerprint kind: "f1-", so that no
+// key of one kind is ever read as the other's, and a hash of what places
+// fingerprints and decisions: each stage's width, slots, parts and
+// capacity, the shard count, the window length and the replay horizon.
+func fingerprintTag(cfg Config) string {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%d/%d/%d", cfg.Plan.Shards, cfg.Window.seconds(), cfg.ReplayHorizon)
+	for i, st := range cfg.Plan.Stages {
+		fmt.Fprintf(h, "/%d:%d:%dx%d:%g", st.CapacityPerShard, st.Bytes, st.Parts, st.PartSlots, cfg.Plan.scriptCap(i))
+	}
+	return fmt.Sprintf("f1-%08x", h.Sum32())
 }
 
 // shardPrefixes are the key prefixes of the shards, each with its hash

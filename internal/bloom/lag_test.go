@@ -148,7 +148,7 @@ func TestBacklogDecidedAsLive(t *testing.T) {
 func TestCheckCapacityCountsTheLagBound(t *testing.T) {
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	clock := testenv.Now()
-	plan, err := NewPlan(1_000_000, 1e-6, PlanOptions{})
+	plan, err := NewPlan(1_000_000, 1e-6, PlanOptions{Kind: testKind})
 	if err != nil {
 		t.Fatal(err)
 	}

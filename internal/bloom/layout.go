@@ -16,8 +16,11 @@ type location struct {
 	hi, lo [MaxWords]uint32
 	// u is each word's position in [0, 1): the output that gave its index,
 	// as a double. Stage i >= 1 of a window puts the word at index
-	// floor(u * words of the stage), in Go and in the script alike.
-	u [MaxWords]float64
+	// floor(u * words of the stage), in Go and in the script alike. The
+	// fingerprint kind has one position, u[0], and its fingerprint, fp
+	// (fingerprint.go).
+	u  [MaxWords]float64
+	fp uint64
 }
 
 // stageWord is the part and the bit offset in it of a word at position u
@@ -61,6 +64,10 @@ func reduce(x, n uint64) uint64 {
 // reads the first bit of a field as its most significant.
 func (f *Filter) locate(id []byte, loc *location) {
 	h1, h2 := murmur3.Sum128(id)
+	if f.plan.Kind == KindFingerprint {
+		locateFingerprint(h1, h2, f.plan.Shards, loc)
+		return
+	}
 	loc.shard = int(reduce(h2, uint64(f.plan.Shards)))
 	nwords := f.plan.ShardBits / WordBits
 	s := h1

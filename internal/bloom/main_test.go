@@ -1,6 +1,7 @@
 package bloom
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"sync"
@@ -8,6 +9,16 @@ import (
 
 	"dedupe-worker/internal/redisproc"
 )
+
+// testKind is the filter kind the engine's tests run with: bloom, or
+// fingerprint with DEDUPE_TEST_FILTER=fingerprint (scripts/test runs both).
+var testKind = func() Kind {
+	k, err := ParseKind(cmp.Or(os.Getenv("DEDUPE_TEST_FILTER"), "bloom"))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 var (
 	clusterOnce sync.Once

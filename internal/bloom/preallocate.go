@@ -43,6 +43,6 @@ const preallocatePasses = 3
 // earlier, the next bucket's memory is held for nothing: a daily window
 // made a day ahead holds two windows all day.
 func PreallocateLead(p Plan, w Window, callTimeout time.Duration) time.Duration {
-	lead := preallocatePasses*(slowEvery+growEvery) + time.Duration(p.Shards)*makeTimeout(callTimeout, keyBytes(p.ShardBits))
+	lead := preallocatePasses*(slowEvery+growEvery) + time.Duration(p.Shards)*stageMakeTimeout(callTimeout, p.Stages[0])
 	return min(lead, w.Length)
 }

@@ -28,14 +28,17 @@ func slowClient(t *testing.T, addr string, mibPerSecond int) *redis.Client {
 // exists at its full size with the bucket's expiry.
 func assertWindowMade(t *testing.T, c *redis.Client, f *Filter, b int64) {
 	t.Helper()
+	st0 := f.plan.Stages[0]
 	for s := range f.plan.Shards {
-		key := f.FilterKey(s, b)
-		n, err := c.StrLen(t.Context(), key).Result()
-		if err != nil || uint64(n) != keyBytes(f.plan.ShardBits) {
-			t.Errorf("%s: %d bytes (%v), want %d", key, n, err, keyBytes(f.plan.ShardBits))
-			continue
+		for pt := range st0.Parts {
+			key := f.PartKey(s, b, 0, pt)
+			n, err := c.StrLen(t.Context(), key).Result()
+			if err != nil || uint64(n) != st0.partBytes() {
+				t.Errorf("%s: %d bytes (%v), want %d", key, n, err, st0.partBytes())
+				continue
+			}
+			assertExpireTime(t, c, key, f.cfg.Window.ExpireAt(b))
 		}
-		assertExpireTime(t, c, key, f.cfg.Window.ExpireAt(b))
 	}
 }
 
@@ -49,7 +52,7 @@ func TestPreallocateBoundedByTheMakeTimeout(t *testing.T) {
 	c := slowClient(t, srv.Addr, 16)
 	at := testenv.Now()
 	f := newFilter(t, c, at, 3_500_000, 1e-6, func(cfg *Config) { cfg.CallTimeout = 300 * time.Millisecond })
-	if size := keyBytes(f.plan.ShardBits); size < 12<<20 || f.plan.Shards != 1 {
+	if size := f.plan.Stages[0].shardBytes(); size < 12<<20 || f.plan.Shards != 1 {
 		t.Fatalf("the plan makes %d shards of %d bytes: want one of about 16 MiB", f.plan.Shards, size)
 	}
 	start := time.Now()
@@ -74,7 +77,7 @@ func TestPreallocateTriesEveryShard(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "partial", Password: "pw", ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	at := testenv.Now()
-	plan, err := NewPlan(100_000, 1e-6, PlanOptions{MinShards: 4})
+	plan, err := NewPlan(100_000, 1e-6, PlanOptions{MinShards: 4, Kind: testKind})
 	if err != nil {
 		t.Fatal(err)
 	}

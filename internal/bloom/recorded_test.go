@@ -14,7 +14,7 @@ func TestRecordedMatchesVerdicts(t *testing.T) {
 	t0 := testenv.Now()
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := newFilter(t, c, t0, 20_000, 1e-6, func(cfg *Config) {
-		p, _ := NewPlan(20_000, 1e-6, PlanOptions{MinShards: 3})
+		p, _ := NewPlan(20_000, 1e-6, PlanOptions{MinShards: 3, Kind: testKind})
 		cfg.Plan = p
 		cfg.ReplayHorizon = 1024
 	})

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ShardStats describes one shard of one window bucket, read from Redis.
@@ -21,13 +19,14 @@ type ShardStats struct {
 	// replica because none ran then.
 	Missing bool
 	Bits    uint64 // m of the shard
-	// BitsSet is X, the set bits (BITCOUNT).
+	// BitsSet is X, the set bits (BITCOUNT; Bloom kind only).
 	BitsSet uint64
 	// Fill is X/m.
 	Fill float64
-	// Elements is the estimate n* = -(m/k) ln(1 - X/m). Every element sets
-	// each bit with probability k/m in this layout as in a classic filter,
-	// so the classic estimate holds.
+	// Elements is the estimate n* = -(m/k) ln(1 - X/m) (Bloom kind: every
+	// element sets each bit with probability k/m in this layout as in a
+	// classic filter, so the classic estimate holds), or the count the
+	// growth record keeps (fingerprint kind, exact).
 	Elements float64
 	// FPR is the false-positive rate at the estimated count, by the
 	// layout's own formula.
@@ -63,62 +62,61 @@ func (f *Filter) Stats(ctx context.Context, t time.Time) ([]ShardStats, error) {
 
 func (f *Filter) shardStats(ctx context.Context, bucket int64, shard int) (ShardStats, error) {
 	key := f.FilterKey(shard, bucket)
-	st := ShardStats{Bucket: bucket, Start: f.cfg.Window.Start(bucket), Shard: shard, Key: key, Bits: f.plan.ShardBits}
+	st := ShardStats{Bucket: bucket, Start: f.cfg.Window.Start(bucket), Shard: shard, Key: key, Bits: f.plan.ShardBits, Stages: 1}
 	cctx, cancel := f.callCtx(ctx)
 	defer cancel()
-	var count *redis.IntCmd
-	var ttl *redis.DurationCmd
-	var mem *redis.IntCmd
-	// Pipelined per key; on a Cluster all three go to the key's node.
-	_, err := f.client.Pipelined(cctx, func(p redis.Pipeliner) error {
-		count = p.BitCount(cctx, key, nil)
-		ttl = p.PTTL(cctx, key)
-		mem = p.MemoryUsage(cctx, key)
-		return nil
-	})
-	if err != nil && count.Err() != nil {
-		return st, fmt.Errorf("%w: reading stats of %s: %w", ErrRedis, key, count.Err())
+	ttl, err := f.client.PTTL(cctx, key).Result()
+	if err != nil {
+		return st, fmt.Errorf("%w: reading TTL of %s: %w", ErrRedis, key, err)
 	}
-	if ttl.Err() != nil {
-		return st, fmt.Errorf("%w: reading TTL of %s: %w", ErrRedis, key, ttl.Err())
-	}
-	st.BitsSet = uint64(count.Val())
-	st.TTL = ttl.Val()
-	st.Exists = st.TTL != -2 // PTTL of a missing key
+	st.TTL = max(ttl, 0)
+	st.Exists = ttl != -2 // PTTL of a missing key
 	st.Missing = !st.Exists && f.alive(bucket)
-	if st.TTL < 0 {
-		st.TTL = 0
-	}
-	st.Memory = mem.Val()
-	st.Stages = 1
-	if st.Exists {
-		f.lost.saw(shardBucket{shard, bucket})
-	}
-	st.Fill, st.Elements, st.FPR = f.estimate(st.BitsSet, st.Bits)
-	if !f.plan.Growth() || !st.Exists {
+	if !st.Exists {
 		return st, nil
 	}
-	g, err := f.growth(ctx, shard, bucket)
-	if err != nil {
-		return st, err
+	f.lost.saw(shardBucket{shard, bucket})
+	g := Growth{}
+	if f.plan.counts() {
+		if g, err = f.growth(ctx, shard, bucket); err != nil {
+			return st, err
+		}
 	}
 	st.Stages, st.Overfilled, st.TestOnly = g.Stage+1, g.Overfilled, g.TestOnly
-	for i := 1; i <= g.Stage && i < len(f.plan.Stages); i++ {
-		var n, used int64
+	st.Bits = 0
+	for i := 0; i <= g.Stage && i < len(f.plan.Stages); i++ {
+		stage := f.plan.Stages[i]
+		var set, used int64
 		for _, sk := range f.stageKeys(shard, bucket, i) {
 			cctx, cancel := f.callCtx(ctx)
-			c, err := f.client.BitCount(cctx, sk, nil).Result()
-			u, _ := f.client.MemoryUsage(cctx, sk).Result()
-			cancel()
-			if err != nil {
-				return st, fmt.Errorf("%w: reading stats of %s: %w", ErrRedis, sk, err)
+			if f.plan.Kind == KindBloom {
+				c, err := f.client.BitCount(cctx, sk, nil).Result()
+				if err != nil {
+					cancel()
+					return st, fmt.Errorf("%w: reading stats of %s: %w", ErrRedis, sk, err)
+				}
+				set += c
 			}
-			n, used = n+c, used+u
+			u, _ := f.client.MemoryUsage(cctx, sk).Result() // 0 where the command is not allowed
+			cancel()
+			used += u
 		}
-		fill, elems, fpr := f.estimate(uint64(n), f.plan.Stages[i].ShardBits)
+		var fill, elems, fpr float64
+		if f.plan.Kind == KindFingerprint {
+			// Counted exactly: a full stage holds its capacity, the newest
+			// what its record says.
+			held := float64(stage.CapacityPerShard)
+			if i == g.Stage {
+				held = float64(g.Held)
+			}
+			fill, elems = held/float64(stage.slots()), held
+			fpr = FingerprintFPR(stage.Bytes, fill)
+		} else {
+			fill, elems, fpr = f.estimate(uint64(set), stage.ShardBits)
+		}
 		st.Fill, st.Elements, st.FPR, st.Memory = fill, st.Elements+elems, st.FPR+fpr, st.Memory+used
-		st.BitsSet += uint64(n)
-		st.Bits += f.plan.Stages[i].ShardBits
+		st.BitsSet += uint64(set)
+		st.Bits += stage.ShardBits
 	}
 	return st, nil
 }
