@@ -55,6 +55,11 @@ type options struct {
 	layout       string
 	// shards is the least shards per window, as DEDUPE_SHARDS.
 	shards int
+	// filter is the kind, as DEDUPE_FILTER.
+	filter string
+	// steady fills the window before the measured one first, as a
+	// pipeline's steady state has it: a rolling test reads it.
+	steady bool
 }
 
 // cases are named runs: flags given beside one override it.
@@ -69,13 +74,15 @@ var cases = map[string]func(o *options){
 		// room: a window filled to its plan at the bench's rate makes its
 		// next stage ahead of need, which the bytes per ID would count.
 		o.load = 0.98
+		// The window before full, as in a pipeline running for a while.
+		o.steady = true
 	},
 }
 
 func main() {
 	var o options
 	d := config.Defaults()
-	caseName := flag.String("case", "", "a named run: seed (7 million distinct IDs per 10-minute window at p = 1e-9, planned 2% above, rolling, against SET NX); other flags override it")
+	caseName := flag.String("case", "", "a named run: seed (7 million distinct IDs per 10-minute window at p = 1e-9, planned 2% above, rolling with the window before full, against SET NX); other flags override it")
 	flag.IntVar(&o.n, "n", 10_000_000, "IDs to test (16 bytes each)")
 	flag.IntVar(&o.naiveN, "naive-n", 300_000, "IDs for the naive SETBIT script, which is slow")
 	flag.Float64Var(&o.dup, "dup", 0.07, "share of IDs that repeat an earlier one")
@@ -87,6 +94,8 @@ func main() {
 	flag.Float64Var(&o.load, "load", 1, "distinct IDs over the filter's planned n: above 1 the window grows (with -growth above 1)")
 	flag.Float64Var(&o.growth, "growth", d.MaxGrowth, "how far a window may grow past its planned n (DEDUPE_MAX_GROWTH; 1: no growth)")
 	flag.IntVar(&o.shards, "shards", d.Shards, "least keys per window (DEDUPE_SHARDS)")
+	flag.StringVar(&o.filter, "filter", "bloom", "the filter kind: bloom or fingerprint (DEDUPE_FILTER)")
+	flag.BoolVar(&o.steady, "steady", false, "fill the window before the measured one first, with as many other IDs (not measured): a rolling test then reads a full previous window, as in a pipeline's steady state")
 	flag.Float64Var(&o.memoryFactor, "memory-factor", d.MemoryFactor, "most memory per ID as a multiple of a classic filter's at stage 0's rate, within which the planner takes the fewest words, then the fewest shards (DEDUPE_MEMORY_FACTOR)")
 	flag.StringVar(&o.layout, "layout", d.Layout, "words x bits per word (4x4) instead of the planner's choice (DEDUPE_LAYOUT)")
 	flag.DurationVar(&o.maxLag, "max-lag", d.MaxLag, "lag bound (DEDUPE_MAX_LAG): a run that outlasts it past its window's end gets late verdicts and fails")
@@ -304,9 +313,12 @@ const partitions = 8
 
 func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode) (result, error) {
 	distinct := int64(math.Round(float64(o.n) * (1 - o.dup)))
-	opt := bloom.PlanOptions{MinShards: o.shards, MaxGrowth: o.growth, MemoryFactor: o.memoryFactor}
+	kind, err := bloom.ParseKind(o.filter)
+	if err != nil {
+		return result{}, err
+	}
+	opt := bloom.PlanOptions{MinShards: o.shards, MaxGrowth: o.growth, MemoryFactor: o.memoryFactor, Kind: kind}
 	if o.layout != "" {
-		var err error
 		if opt.Layout, err = bloom.ParseLayout(o.layout); err != nil {
 			return result{}, err
 		}
@@ -315,7 +327,9 @@ func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode)
 	if err != nil {
 		return result{}, err
 	}
-	now := time.Now()
+	// A tenth into the current window: far from its end, where a rolling
+	// test reads the next bucket too, so that runs compare alike.
+	now := time.Now().Truncate(o.window).Add(o.window / 10)
 	at, lag := now, o.maxLag
 	if o.backlog {
 		at, lag = now.Add(-24*time.Hour), 48*time.Hour
@@ -325,9 +339,40 @@ func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode)
 	if err != nil {
 		return result{}, err
 	}
-	// Memory is counted from before the keys are made: the value sent to
-	// preallocate them sits in a client buffer for a while.
-	mem0 := usedMemory(ctx, c)
+	mem0 := int64(0)
+	var offsets [partitions]int64
+	if o.steady {
+		// The window before, full of other IDs (a stream of another seed),
+		// decided now as a late part of it: made and filled, not measured.
+		before := at.Add(-o.window)
+		if err := f.Preallocate(ctx, before); err != nil {
+			return result{}, err
+		}
+		other := &stream{rng: rand.New(rand.NewPCG(o.seed+1000, 3)), dup: o.dup}
+		elems := make([]bloom.Element, o.batch)
+		for done := 0; done < o.n; done += o.batch {
+			for i := range elems {
+				id, _ := other.next()
+				p := int32((done + i) % partitions)
+				elems[i] = bloom.Element{ID: append([]byte("before-"), id...), Time: before, Source: bloom.Source{Topic: "clicks", Partition: p, Offset: offsets[p]}}
+				offsets[p]++
+			}
+			select {
+			case <-f.GrowthWanted():
+				if _, err := f.Grow(ctx, before); err != nil {
+					return result{}, err
+				}
+			default:
+			}
+			if _, err := f.TestAndSet(ctx, elems); err != nil {
+				return result{}, err
+			}
+		}
+	}
+	// Memory is counted from before the measured window's keys are made:
+	// the value sent to preallocate them sits in a client buffer for a
+	// while.
+	mem0 = usedMemory(ctx, c)
 	if err := f.Preallocate(ctx, at); err != nil {
 		return result{}, err
 	}
@@ -336,7 +381,6 @@ func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode)
 	elems := make([]bloom.Element, o.batch)
 	idx := make([]uint64, o.batch)
 	tr := newTruth(o.n)
-	var offsets [partitions]int64
 	m := startMeter(ctx, c)
 	m.mem0 = mem0
 	for done := 0; done < o.n; {
@@ -374,8 +418,17 @@ func runEngine(ctx context.Context, c *redis.Client, o options, mode bloom.Mode)
 	r.distinct = s.distinct
 	tr.finish(&r, s.distinct)
 	r.expectedFP = expectedFalsePositives(s.distinct, plan.FPRHolding)
-	r.note = fmt.Sprintf("layout %d words x %d bits, %d shard(s) of %d bits (%.1f bits per distinct), achieved p %.2e; a classic filter needs %.1f bits, k = %d",
-		plan.Layout.Words, plan.Layout.BitsPerWord, plan.Shards, plan.ShardBits, float64(plan.Bits())/float64(s.distinct), plan.AchievedFPR,
+	if o.steady && mode == bloom.Rolling {
+		// Each new ID is tested against the full window before too.
+		r.expectedFP += float64(s.distinct) * plan.FPRHolding(float64(s.distinct))
+	}
+	layout := fmt.Sprintf("layout %d words x %d bits", plan.Layout.Words, plan.Layout.BitsPerWord)
+	if kind == bloom.KindFingerprint {
+		st := plan.Stages[0]
+		layout = fmt.Sprintf("fingerprints of %d bytes in %d part(s) of %d slots", st.Bytes, st.Parts, st.PartSlots)
+	}
+	r.note = fmt.Sprintf("%s, %d shard(s) of %d bits (%.1f bits per distinct), achieved p %.2e; a classic filter needs %.1f bits, k = %d",
+		layout, plan.Shards, plan.ShardBits, float64(plan.Bits())/float64(s.distinct), plan.AchievedFPR,
 		float64(plan.Standard.Bits)/float64(distinct), plan.Standard.Hashes)
 	if plan.Growth() {
 		g := f.GrowthStats()

@@ -211,12 +211,18 @@ func (f *Filter) encodeLocations(b *batch, order []int) {
 	if f.plan.Kind == KindFingerprint {
 		b.locArg = slices.Grow(b.locArg[:0], fpLocationBytes*len(order))
 		b.offsArg = b.offsArg[:0]
+		st := f.plan.Stages[0]
 		for _, i := range order {
 			it := &b.items[i]
 			var e [fpLocationBytes]byte
 			if it.at.tested() {
-				binary.BigEndian.PutUint64(e[:8], math.Float64bits(it.loc.u[0]))
-				binary.BigEndian.PutUint64(e[8:], it.loc.fp)
+				binary.BigEndian.PutUint64(e[fpLocPosition:], math.Float64bits(it.loc.u[0]))
+				binary.BigEndian.PutUint64(e[fpLocFingerprint:], it.loc.fp)
+				part, off := homeSlot(it.loc.u[0], st)
+				binary.BigEndian.PutUint16(e[fpLocPart:], uint16(part))
+				binary.BigEndian.PutUint32(e[fpLocHome:], uint32(off))
+				putText(e[fpLocFrom:fpLocTo], off)
+				putText(e[fpLocTo:], off+fpFirstRead*uint64(st.Bytes)-1)
 			}
 			b.locArg = append(b.locArg, e[:]...)
 		}
@@ -249,4 +255,10 @@ func (f *Filter) encodeLocations(b *batch, order []int) {
 			}
 		}
 	}
+}
+
+// putText writes n into field as a length byte and its decimal digits.
+func putText(field []byte, n uint64) {
+	d := strconv.AppendUint(field[1:1], n, 10)
+	field[0] = byte(len(d))
 }

@@ -2,6 +2,7 @@ package bloom
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +39,8 @@ func TestExplain(t *testing.T) {
 			t.Fatalf("seen-%d: %+v", i, e)
 		}
 		p := e.Probes[1]
-		if !p.Exists || !p.Holds || p.Key != f.FilterKey(e.Shard, bucket) || p.TTL <= 0 {
+		// The key of stage 0, or of its part holding the ID.
+		if !p.Exists || !p.Holds || !strings.HasPrefix(p.Key, f.FilterKey(e.Shard, bucket)) || p.TTL <= 0 {
 			t.Fatalf("seen-%d: probe of its own bucket %+v; want it to exist and hold the ID", i, p)
 		}
 		if !e.Seen() || e.Probes[0].Holds {

@@ -33,10 +33,17 @@ package bloom
 //	                  with stages, their positions in [0, 1)
 //	                  (bloomLocationStride); then msgpack strings, per
 //	                  element, its words' bit offsets in stage 0.
-//	                  Fingerprint: binary, fpLocationBytes per element: its
-//	                  position in [0, 1) (a big-endian double) and
-//	                  fpMaxBytes bytes of fingerprint; the second slot is
-//	                  empty. An element not tested under a plan has zeros.
+//	                  Fingerprint: binary, fpLocationBytes per element,
+//	                  fpLoc* giving where each field starts: its position
+//	                  in [0, 1) (a big-endian double), fpMaxBytes bytes of
+//	                  fingerprint, and the first read of stage 0: the part
+//	                  holding its home (2 bytes), its home's byte offset in
+//	                  that part (4 bytes), and the byte range from its
+//	                  home, fpFirstRead slots long, as decimal text (each a
+//	                  length byte and up to fpTextBytes digits):
+//	                  Redis formats a number passed to redis.call, which
+//	                  costs more than the read. The second slot is empty.
+//	                  An element not tested under a plan has zeros.
 const (
 	argRing = 1 + iota
 	argRecordExpire
@@ -78,9 +85,20 @@ const (
 
 // The strides of the other arguments.
 const (
-	runStride       = 2
-	elementBytes    = 9
-	fpLocationBytes = 8 + fpMaxBytes
+	runStride    = 2
+	elementBytes = 9
+)
+
+// A fingerprint location's fields: their offsets (0-based) and length.
+const (
+	fpTextBytes      = 10 // digits of a byte offset in a key (below 2^32)
+	fpLocPosition    = 0
+	fpLocFingerprint = fpLocPosition + 8
+	fpLocPart        = fpLocFingerprint + fpMaxBytes
+	fpLocHome        = fpLocPart + 2
+	fpLocFrom        = fpLocHome + 4
+	fpLocTo          = fpLocFrom + 1 + fpTextBytes
+	fpLocationBytes  = fpLocTo + 1 + fpTextBytes
 )
 
 // recordRingBit is where a decision record's ring starts: bits 0 to 62

@@ -11,9 +11,9 @@ local HALF = 67108864 -- 2^26
 local function bloomPlace(P, ref, x, st, j)
 	local base = stageKey(ref, st)
 	if st == 0 then return base, P.offs[(x - 1) * P.W + j] end
-	local w = math.floor(P.loc[(x - 1) * P.stride + P.W + j] * P.size[st])
+	local w = floor(P.loc[(x - 1) * P.stride + P.W + j] * P.size[st])
 	local per = P.per[st]
-	local pt = math.floor(w / per)
+	local pt = floor(w / per)
 	-- As a decimal string: Redis versions format Lua numbers of 1e9 and up
 	-- differently, some in a form BITFIELD refuses.
 	return base + pt, fmt('%d', (w - pt * per) * 52)

@@ -15,21 +15,19 @@ for b = 1, 8 do
 	ONE[b] = string.rep('\0', b - 1) .. '\1'
 end
 
--- fpLoc is element x's position in [0, 1) and its 8 bytes of
--- fingerprint under plan P, decoded once.
-local function fpLoc(P, x)
-	local us, fps = P.u, P.fp
-	if us == nil then
-		us, fps = {}, {}
-		P.u, P.fp = us, fps
+-- fpStage describes stage st of bucket ref (plan P) for lookups: its
+-- width w, slots per shard and per key, first key, and the empty and the
+-- stand-in fingerprints of its width; once per stage and call.
+local stages = {}
+local function fpStage(P, ref, st)
+	local base = stageKey(ref, st)
+	local d = stages[base]
+	if d == nil then
+		local w = P.width[st]
+		d = { st = st, w = w, size = P.size[st], per = P.per[st], base = base, zero = ZERO[w], one = ONE[w] }
+		stages[base] = d
 	end
-	local u = us[x]
-	if u == nil then
-		local at = (x - 1) * fpLocationBytes + 1
-		u = unpackStruct('>d', P.loc, at)
-		us[x], fps[x] = u, sub(P.loc, at + 8, at + fpLocationBytes - 1)
-	end
-	return u, fps[x]
+	return d
 end
 
 -- The slots this call writes, laid over what GETRANGE reads: pend, key
@@ -39,16 +37,12 @@ end
 local pend, chunks = {}, {}
 local CB = 512
 
--- fpRead returns bytes [a, a+len) of key k (both multiples of the width,
--- as every write is), with this call's writes laid over; missing bytes (a
--- key not made) read as zeros.
-local function fpRead(k, a, len)
-	local s = redis.call('GETRANGE', KEYS[k], a, a + len - 1)
-	if #s < len then s = s .. string.rep('\0', len - #s) end
+-- fpOverlay lays this call's writes over s, bytes [a, a+len) of key k
+-- (both multiples of the width, as every write is).
+local function fpOverlay(k, a, len, s)
 	local kc = chunks[k]
-	if kc == nil then return s end
 	local hits
-	for c = math.floor(a / CB), math.floor((a + len - 1) / CB) do
+	for c = floor(a / CB), floor((a + len - 1) / CB) do
 		local l = kc[c]
 		if l then
 			for _, pos in ipairs(l) do
@@ -72,43 +66,63 @@ local function fpRead(k, a, len)
 	return table.concat(out)
 end
 
--- alignedFind is the first slot (0-based) of s, in slots of w bytes, that
--- holds pat; nil for none.
-local function alignedFind(s, pat, w)
-	local i = 1
-	while true do
-		local p = find(s, pat, i, true)
-		if p == nil then return nil end
-		if (p - 1) % w == 0 then return (p - 1) / w end
-		i = p + 1
+-- fpFind looks for the element whose location starts at byte at of loc
+-- (protocol.go, fpLocation*) in the stage d (fpStage): whether its
+-- fingerprint is in the run from its home to the first empty slot; and,
+-- when not, the key and byte offset of that empty slot (nil when the run
+-- reaches fpProbeLimit slots: the stage is full for it) and the
+-- fingerprint to store there. In stage 0 the first read's part and bounds
+-- come with the call, as decimal text: a number given to redis.call is
+-- formatted, which costs more than the read.
+local function fpFind(d, loc, at)
+	local w = d.w
+	local f = sub(loc, at + fpLocFingerprint, at + fpLocFingerprint + w - 1)
+	if f == d.zero then f = d.one end
+	local k, a, from, to
+	if d.st == 0 then
+		local part, home, l1 = unpackStruct('>I2I4B', loc, at + fpLocPart)
+		from = sub(loc, at + fpLocFrom + 1, at + fpLocFrom + l1)
+		local l2 = unpackStruct('B', loc, at + fpLocTo)
+		to = sub(loc, at + fpLocTo + 1, at + fpLocTo + l2)
+		k, a = d.base + part, home
+	else
+		local per = d.per
+		local slot = floor(unpackStruct('>d', loc, at + fpLocPosition) * d.size)
+		local part = floor(slot / per)
+		k, a = d.base + part, (slot - part * per) * w
+		from, to = a, a + fpFirstRead * w - 1
 	end
-end
-
--- fpFind looks for element x (plan P) in stage st of bucket ref: whether
--- its fingerprint is in the run from its home to the first empty slot;
--- and, when not, the key and byte offset of that empty slot (nil when the
--- run reaches fpProbeLimit slots: the stage is full for x) and the
--- fingerprint to store there.
-local function fpFind(P, ref, st, x)
-	local w = P.width[st]
-	local u, fp8 = fpLoc(P, x)
-	local f = sub(fp8, 1, w)
-	if f == ZERO[w] then f = ONE[w] end
-	local per = P.per[st]
-	local slot = math.floor(u * P.size[st])
-	local part = math.floor(slot / per)
-	local k = stageKey(ref, st) + part
-	local a = (slot - part * per) * w
+	local zero = d.zero
 	local got, n = 0, fpFirstRead
 	while got < fpProbeLimit do
-		n = math.min(n, fpProbeLimit - got)
-		local s = fpRead(k, a + got * w, n * w)
-		local e = alignedFind(s, ZERO[w], w)
-		local m = alignedFind(s, f, w)
+		local len = n * w
+		local s = call('GETRANGE', KEYS[k], from, to)
+		local start = a + got * w
+		if #s < len then s = s .. string.rep('\0', len - #s) end
+		local kc = chunks[k]
+		if kc then
+			for c = floor(start / CB), floor((start + len - 1) / CB) do
+				if kc[c] then
+					s = fpOverlay(k, start, len, s)
+					break
+				end
+			end
+		end
+		-- The first empty slot, and the fingerprint before it; a match
+		-- across two slots is not one, and is looked past.
+		local e = find(s, zero, 1, true)
+		while e and (e - 1) % w ~= 0 do e = find(s, zero, e + 1, true) end
+		local m = find(s, f, 1, true)
+		while m and (m - 1) % w ~= 0 do m = find(s, f, m + 1, true) end
 		if m and (e == nil or m < e) then return true end
-		if e then return false, k, a + (got + e) * w, f end
+		if e then
+			-- An empty home, the common case, is written at the text sent.
+			if e == 1 and got == 0 then return false, k, start, f, from end
+			return false, k, start + e - 1, f
+		end
 		got = got + n
-		n = 4 * fpFirstRead
+		n = mmin(4 * fpFirstRead, fpProbeLimit - got)
+		from, to = a + got * w, a + (got + n) * w - 1
 	end
 	return false, nil, nil, f
 end
@@ -121,9 +135,10 @@ local function fpTestBucket(ref, xs, n, hit)
 	local left, nl = {}, 0
 	for i = 1, n do
 		local x = xs[i]
+		local at = (x - 1) * fpLocationBytes + 1
 		local found = false
 		for st = top, 0, -1 do
-			if fpFind(P, ref, st, x) then
+			if made(ref, st) and fpFind(fpStage(P, ref, st), P.loc, at) then
 				found = true
 				break
 			end
@@ -138,17 +153,20 @@ local function fpTestBucket(ref, xs, n, hit)
 	return left, nl
 end
 
--- fpStore notes fingerprint f for byte offset pos of key k, to be written
--- at the end of the call and seen by the reads before.
-local function fpStore(k, pos, f, expiry)
+-- fpStore notes fingerprint f for byte offset pos of key k (text: pos as
+-- decimal text, when the call sent it), to be written at the end of the
+-- call and seen by the reads before.
+local texts = {} -- key index -> { byte offset -> its text }
+local function fpStore(k, pos, f, expiry, text)
 	local pk = pend[k]
 	if pk == nil then
 		pk = {}
-		pend[k], chunks[k] = pk, {}
+		pend[k], chunks[k], texts[k] = pk, {}, {}
 		written[k] = expiry
 	end
 	pk[pos] = f
-	local c = math.floor(pos / CB)
+	if text then texts[k][pos] = text end
+	local c = floor(pos / CB)
 	local l = chunks[k][c]
 	if l == nil then
 		l = {}
@@ -158,28 +176,60 @@ local function fpStore(k, pos, f, expiry)
 end
 
 -- fpDecide decides the fresh elements xs[1..n] of bucket ref (plan P), in
--- order, testing the neighbours given (testOther, any kind), and reports
--- whether the call is refused. An element found nowhere is new, and
--- stored in the newest stage's first empty slot from its home; a run as
--- long as fpProbeLimit makes that stage full, as at its capacity.
+-- order, testing the neighbours given (those of another kind through
+-- testOther), and reports whether the call is refused. An element found
+-- nowhere is new, and stored in the newest stage's first empty slot from
+-- its home; a run as long as fpProbeLimit makes that stage full, as at its
+-- capacity. A neighbour's stage not made holds nothing and is not read.
 local function fpDecide(P, ref, prevRef, nextRef, expiry, xs, n, testOther)
 	local gs = growth(ref)
-	local one, seen = {}, {} -- a candidate at a time, and what testOther marks
+	-- The neighbours' stages to read, newest first: fingerprint tables
+	-- read here, others through testOther.
+	local nbRef, nbSt, nbn, others = {}, {}, 0, {}
+	for _, other in ipairs({ prevRef, nextRef }) do
+		if other > 0 then
+			local O = planOf(other)
+			if O.kind ~= kindCodeFingerprint then
+				others[#others + 1] = other
+			else
+				for st = growth(other).k, 0, -1 do
+					if made(other, st) then
+						nbn = nbn + 1
+						nbRef[nbn], nbSt[nbn] = other, st
+					end
+				end
+			end
+		end
+	end
+	-- Each neighbour stage, described, with where the elements are under
+	-- its plan.
+	local nbDesc, nbLoc = {}, {}
+	for j = 1, nbn do
+		local O = planOf(nbRef[j])
+		nbDesc[j], nbLoc[j] = fpStage(O, nbRef[j], nbSt[j]), O.loc
+	end
+	local one, seen = {}, {} -- a candidate at a time for testOther, and what it marks
+	local loc = P.loc
+	local dk, d0 -- the newest stage, described
 	for i = 1, n do
 		local x = xs[i]
+		local at = (x - 1) * fpLocationBytes + 1
 		local k0 = gs.k
-		local found, key, pos, f = fpFind(P, ref, k0, x)
+		if k0 ~= dk then dk, d0 = k0, fpStage(P, ref, k0) end
+		local found, key, pos, f, text = fpFind(d0, loc, at)
 		for st = k0 - 1, 0, -1 do
 			if found then break end
-			found = fpFind(P, ref, st, x)
+			found = fpFind(fpStage(P, ref, st), loc, at)
 		end
-		for _, other in ipairs({ prevRef, nextRef }) do
+		for j = 1, nbn do
 			if found then break end
-			if other > 0 then
-				one[1] = x
-				local _, left = testOther(other, one, 1, seen)
-				found = left == 0
-			end
+			found = fpFind(nbDesc[j], nbLoc[j], at)
+		end
+		for j = 1, #others do
+			if found then break end
+			one[1] = x
+			local _, left = testOther(others[j], one, 1, seen)
+			found = left == 0
 		end
 		if found then
 			verdict[x] = 'D'
@@ -194,11 +244,11 @@ local function fpDecide(P, ref, prevRef, nextRef, expiry, xs, n, testOther)
 				if a == 'refuse' then return true end
 			end
 			if a == 'insert' and gs.k ~= k0 then
-				found, key, pos, f = fpFind(P, ref, gs.k, x)
+				found, key, pos, f, text = fpFind(fpStage(P, ref, gs.k), loc, at)
 			end
 			if a == 'insert' then
 				if key then
-					fpStore(key, pos, f, expiry)
+					fpStore(key, pos, f, expiry, text)
 				else
 					gs.n, gs.a, gs.c = gs.n - 1, gs.a - 1, gs.c + 1 -- a stage just handed over to, full: not inserted
 				end
@@ -211,8 +261,9 @@ end
 -- fpWrite writes the slots this call stored, one SETRANGE each.
 local function fpWrite()
 	for k, pk in pairs(pend) do
+		local kt = texts[k]
 		for pos, f in pairs(pk) do
-			redis.call('SETRANGE', KEYS[k], pos, f)
+			call('SETRANGE', KEYS[k], kt[pos] or pos, f)
 		end
 	end
 end

@@ -18,10 +18,13 @@ local argRing, argRecordExpire, argPlans, argBuckets, argGroups, argRuns, argEle
 local planFieldKind, planFieldStages, planFieldCaps, planFieldSizes, planFieldPerPart, planFieldLeads, planFieldWidths = 1, 2, 3, 4, 5, 6, 7
 local kindCodeBloom, kindCodeFingerprint = 1, 2
 local groupFieldRef, groupFieldPrev, groupFieldNext, groupFieldExpiry, groupFieldDeadline, groupStride = 1, 2, 3, 4, 5, 5
-local runStride, elementBytes, fpLocationBytes = 2, 9, 16
+local runStride, elementBytes = 2, 9
+local fpLocationBytes, fpLocPosition, fpLocFingerprint, fpLocPart, fpLocHome, fpLocFrom, fpLocTo = 44, 0, 8, 16, 18, 22, 33
 local recordRingBit = 64
 
+-- Globals used per element, as locals: a global is a table lookup.
 local band, bor, fmt, unpackStruct, sub, find = bit.band, bit.bor, string.format, struct.unpack, string.sub, string.find
+local floor, mmin, call, KEYS = math.floor, math.min, redis.call, KEYS
 
 local R = tonumber(ARGV[argRing])
 local recordExpire = ARGV[argRecordExpire]
@@ -87,7 +90,7 @@ local function bitfield(key, args, n, per)
 	local out, m = {}, 0
 	local step = CHUNK * per
 	for i = 1, n, step do
-		local r = redis.call('BITFIELD', key, unpack(args, i, math.min(i + step - 1, n)))
+		local r = call('BITFIELD', key, unpack(args, i, mmin(i + step - 1, n)))
 		local c = #r
 		for k = 1, c do out[m + k] = r[k] end
 		m = m + c
@@ -109,7 +112,7 @@ local function made(ref, st)
 		local np = planOf(ref).parts[st]
 		local ks = {}
 		for pt = 1, np do ks[pt] = KEYS[base + pt - 1] end
-		e = redis.call('EXISTS', unpack(ks)) == np
+		e = call('EXISTS', unpack(ks)) == np
 		exists[base] = e
 	end
 	return e
@@ -131,15 +134,15 @@ local function growth(ref)
 	if gs then return gs end
 	gs = { dirty = false }
 	local meta = growthRecordOf(ref)
-	local r = meta > 0 and redis.call('HMGET', KEYS[meta], unpack(FIELDS)) or {}
+	local r = meta > 0 and call('HMGET', KEYS[meta], unpack(FIELDS)) or {}
 	for i = 1, #FIELDS do gs[FIELDS[i]] = tonumber(r[i]) or 0 end
 	grown[ref] = gs
 	return gs
 end
 
 local function expireNotBefore(key, at)
-	if redis.call('EXPIREAT', key, at, 'NX') == 0 then
-		redis.call('EXPIREAT', key, at, 'GT')
+	if call('EXPIREAT', key, at, 'NX') == 0 then
+		call('EXPIREAT', key, at, 'GT')
 	end
 end
 
@@ -170,9 +173,12 @@ local function admit(ref, gs, P)
 		gs.c, gs.dirty = gs.c + 1, true
 		return 'testonly'
 	end
-	if not made(ref, gs.k) then
-		needs[#needs + 1] = ref .. ':' .. gs.k
-		return 'refuse'
+	if gs.madeK ~= gs.k then
+		if not made(ref, gs.k) then
+			needs[#needs + 1] = ref .. ':' .. gs.k
+			return 'refuse'
+		end
+		gs.madeK = gs.k -- checked once per stage and call
 	end
 	gs.n, gs.a, gs.dirty = gs.n + 1, gs.a + 1, true
 	return 'insert'

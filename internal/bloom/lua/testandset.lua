@@ -17,8 +17,8 @@ end
 -- The caller judged lateness by its clock; keys expire by this server's.
 -- A group whose deadline has come here is not filtered: its oldest key may
 -- be gone, and testing against nothing would call every copy new.
-local t = redis.call('TIME')
-local nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local t = call('TIME')
+local nowMs = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 local past = {}
 local fresh, nfresh = {}, {}
 for g = 1, nb do
@@ -33,7 +33,7 @@ local x = 1
 for p = 1, #runs, runStride do
 	local key = KEYS[runs[p]]
 	local last = x + runs[p + 1] - 1
-	local head = redis.call('BITFIELD', key, 'GET', 'u63', '0', 'GET', 'u63', fmt('%d', recordRingBit + R))
+	local head = call('BITFIELD', key, 'GET', 'u63', '0', 'GET', 'u63', fmt('%d', recordRingBit + R))
 	local mark, floor = head[1], head[2]
 	local reads, readEls, nr = {}, {}, 0
 	for y = x, last do
@@ -171,7 +171,7 @@ fpWrite()
 for ref, gs in pairs(grown) do
 	local meta = growthRecordOf(ref)
 	if gs.dirty and meta > 0 then
-		redis.call('HSET', KEYS[meta], 'k', fmt('%d', gs.k), 'n', fmt('%d', gs.n), 'o', fmt('%d', gs.o), 'c', fmt('%d', gs.c),
+		call('HSET', KEYS[meta], 'k', fmt('%d', gs.k), 'n', fmt('%d', gs.n), 'o', fmt('%d', gs.o), 'c', fmt('%d', gs.c),
 			'a', fmt('%d', gs.a), 't', fmt('%d', gs.t), 's', fmt('%d', gs.s), 'r', fmt('%.1f', gs.r), 'w', fmt('%d', gs.w), 'x', fmt('%d', gs.x))
 	end
 end
