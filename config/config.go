@@ -103,6 +103,11 @@ type Config struct {
 	// duplicate (and dropped), at any load up to MaxGrowth times the
 	// expected. Default: 1e-6.
 	FalsePositiveRate float64 `envconfig:"FALSE_POSITIVE_RATE" default:"1e-6"`
+	// Filter is what the windows' filters are made of: bloom (Bloom
+	// filters in Redis bitmaps) or fingerprint (tables of fingerprints:
+	// less Redis CPU and memory per ID; see the engine's package doc).
+	// Default: bloom.
+	Filter string `envconfig:"FILTER" default:"bloom"`
 	// MaxGrowth is how far a window may grow past ExpectedPerWindow, as a
 	// factor: past it the window only tests new IDs. 1 turns growth off.
 	// Default: 64.
@@ -115,8 +120,8 @@ type Config struct {
 	// bloom.MaxMemoryFactor, 4.
 	MemoryFactor float64 `envconfig:"MEMORY_FACTOR"`
 	// Layout, words x bits per word (4x4), replaces the planner's choice:
-	// the layout an earlier version chose keeps its keys. Default: empty,
-	// the planner's choice.
+	// the layout an earlier version chose keeps its keys. Bloom filters
+	// only. Default: empty, the planner's choice.
 	Layout string `envconfig:"LAYOUT"`
 	// Shards is the least number of keys per window; more spread a window
 	// over the masters of a Redis Cluster. Default: 1.

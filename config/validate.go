@@ -130,9 +130,18 @@ func (c Config) Validate() error {
 }
 
 // PlanOptions are the options of the filter's plan (bloom.NewPlan): the
-// shards, the growth cap, the memory factor and the layout, if set.
+// kind, the shards, the growth cap, the memory factor and the layout, if
+// set.
 func (c Config) PlanOptions() (bloom.PlanOptions, error) {
 	opt := bloom.PlanOptions{MinShards: c.Shards, MaxGrowth: c.MaxGrowth, MemoryFactor: c.MemoryFactor}
+	kind, err := bloom.ParseKind(c.Filter)
+	if err != nil {
+		return opt, bad("FILTER", "%q: want bloom or fingerprint", c.Filter)
+	}
+	opt.Kind = kind
+	if c.Layout != "" && kind != bloom.KindBloom {
+		return opt, bad("LAYOUT", "%q: a layout of words and bits is for DEDUPE_FILTER=bloom", c.Layout)
+	}
 	if c.Layout != "" {
 		l, err := bloom.ParseLayout(c.Layout)
 		if err != nil {

@@ -42,7 +42,7 @@ func baseEnv(brokers, redisAddr, httpAddr string) []string {
 func workerVars(brokers, redisAddr, httpAddr string) []string {
 	return []string{"DEDUPE_PIPELINE=bin", "DEDUPE_KAFKA_BROKERS=" + brokers, "DEDUPE_INPUT_TOPIC=in", "DEDUPE_OUTPUT_TOPIC=out",
 		"DEDUPE_DLQ_TOPIC=dlq", "DEDUPE_REDIS_ADDRS=" + redisAddr, "DEDUPE_ID_FIELD=id", "DEDUPE_EXPECTED_PER_WINDOW=100000",
-		"DEDUPE_HTTP_ADDR=" + httpAddr, "DEDUPE_SHUTDOWN_TIMEOUT=10s", "DEDUPE_LOG_LEVEL=warn"}
+		"DEDUPE_HTTP_ADDR=" + httpAddr, "DEDUPE_SHUTDOWN_TIMEOUT=10s", "DEDUPE_LOG_LEVEL=warn", "DEDUPE_FILTER=" + testenv.Filter()}
 }
 
 // startBinary runs bin with env, its stderr collected (readable while it

@@ -63,7 +63,7 @@ func newFilter(cfg config.Config, rc redis.UniversalClient, now func() time.Time
 	}
 	plan, err := bloom.NewPlan(cfg.ExpectedPerWindow, cfg.FalsePositiveRate, opt)
 	if err != nil {
-		return nil, fmt.Errorf("DEDUPE_EXPECTED_PER_WINDOW, DEDUPE_FALSE_POSITIVE_RATE, DEDUPE_MAX_GROWTH, DEDUPE_MEMORY_FACTOR, DEDUPE_LAYOUT: %w", err)
+		return nil, fmt.Errorf("DEDUPE_FILTER, DEDUPE_EXPECTED_PER_WINDOW, DEDUPE_FALSE_POSITIVE_RATE, DEDUPE_MAX_GROWTH, DEDUPE_MEMORY_FACTOR, DEDUPE_LAYOUT: %w", err)
 	}
 	mode, err := bloom.ParseMode(cfg.WindowMode)
 	if err != nil {
@@ -128,7 +128,7 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 		return err
 	}
 	plan := filter.Plan()
-	log.Info("filter planned", zap.Int64("expected_per_window", plan.Elements), zap.Float64("target_fpr", plan.TargetFPR),
+	log.Info("filter planned", zap.Stringer("filter", plan.Kind), zap.Int64("expected_per_window", plan.Elements), zap.Float64("target_fpr", plan.TargetFPR),
 		zap.Float64("achieved_fpr", plan.AchievedFPR), zap.Int("words", plan.Layout.Words), zap.Int("bits_per_word", plan.Layout.BitsPerWord),
 		zap.Int("shards", plan.Shards), zap.Uint64("bytes_per_window", plan.Memory), zap.Int("stages", len(plan.Stages)),
 		zap.Int64("capacity_per_window", plan.Capacity()), zap.Int("live_windows", filter.LiveWindows()),

@@ -1,8 +1,14 @@
-// Package bloom keeps windowed Bloom filters in Redis bitmaps and decides,
-// for a batch of element IDs, which are seen for the first time, in one
-// atomic Lua script call per batch (one per shard on a Redis Cluster).
+// Package bloom keeps windowed filters in Redis and decides, for a batch
+// of element IDs, which are seen for the first time, in one atomic Lua
+// script call per batch (one per shard on a Redis Cluster). A window's
+// filter is of one of two kinds (PlanOptions.Kind): a Bloom filter in
+// Redis bitmaps (KindBloom, the default), or a table of fingerprints with
+// linear probing in Redis strings (KindFingerprint), which costs about
+// half the Redis CPU and less memory per ID at the rates pipelines ask
+// for. Everything else (windows, the lag bound, growth, shards, decision
+// records, preallocation, lost keys, replicas) is the same for both.
 //
-// # Sizing
+// # Sizing (Bloom kind)
 //
 // A filter of m bits holding n elements, each setting k bits, answers
 // "seen" for an element never inserted with probability p. A classic
@@ -28,7 +34,63 @@
 // rounding takes 4 past the bound. PlanOptions.Layout sets a layout
 // instead, as an earlier version chose it, to keep its keys.
 //
-// # Positions
+// # Fingerprints
+//
+// A fingerprint table of one shard's stage holds M slots of b bytes. An
+// element's home is slot floor(u*M), u in [0, 1) from its hash; its
+// fingerprint is b bytes of its hash, never all zero, since zero marks an
+// empty slot; it is stored in the first empty slot at or after its home
+// (linear probing). A lookup reads from the home (one GETRANGE of 32
+// slots, more only for a longer run) and compares the fingerprint with
+// the slots before the first empty one (string.find); an insert is one
+// SETRANGE into that empty slot. A table is never probed without end: a
+// run of 512 slots (fpProbeLimit; at the highest planned load, once in
+// about 10^10 inserts) makes the stage full, as reaching its capacity
+// does, and the next stage takes the element, or, past the last, the
+// window only tests it (counted, as past the growth cap).
+//
+// At load a (slots used over slots), an element not in the table is
+// compared with (1/(1-a)^2 - 1)/2 used slots on average (Knuth's
+// unsuccessful search in linear probing, less the empty slot that ends
+// it), each holding its fingerprint with probability 1/(2^(8b) - 1). So
+//
+//	fpr(b, a) = ((1/(1-a)^2 - 1) / 2) / (2^(8b) - 1)    (FingerprintFPR)
+//
+// and a table holding its capacity has at most its stage's rate. Tests
+// check the formula by simulation over millions of fresh IDs and against
+// the script on Redis. The planner takes, for each stage, the width b
+// (2 to 8 bytes) and the slots of least memory as allocated (jemalloc's
+// size classes, filled with slots; a few keys per stage where that fills
+// the classes better, each key one more name per call) whose rate at
+// capacity is within the stage's share of p, at a load of at most 0.75:
+// past that, runs lengthen and a lookup reads more (measured in
+// fpMaxLoad's doc). For the seed's 7 million IDs per window that is
+// 3-byte fingerprints at a load of 0.73 (33.5 bits per ID) at p = 1e-6,
+// and 4-byte ones at 0.65 (50.3 bits) at 1e-9, against 37 and 59.6 for
+// the Bloom kind. Growth stages share p as the Bloom kind's do; a later
+// stage may take a wider fingerprint. Without growth a table takes
+// elements up to a load of 0.9, where its rate is about four times the
+// planned one, and only tests the rest (a Bloom filter would take them at
+// a rate climbing without bound).
+//
+// A rolling test reads two tables, its bucket's and the one before it, as
+// the Bloom kind reads two filters: no layout found reads one range per ID
+// at the same memory. Both buckets' slots side by side in one key would
+// need every element written twice, into its bucket's key and the next
+// one's (the same calls per new ID, 1 read and 2 writes against 2 reads
+// and 1 write, and twice the memory); one key for two buckets reads once
+// only for the later of the two (1.5 reads on average) and holds the
+// earlier a window longer. The second read costs about 0.4 us of Redis CPU
+// per new ID (a GETRANGE whose offsets the call sends as text, see
+// protocol.go).
+//
+// Positions and fingerprints come from the same MurmurHash3 x64 128 as the
+// Bloom kind's: the shard from h2 as there, u from the top 53 bits of h1,
+// the fingerprint from splitmix64 of h2 (its first b bytes, big-endian).
+// Keys carry the tag "f1-" and a hash of the stages' widths, slots,
+// parts and capacities, so no key of one kind is read as the other's.
+//
+// # Positions (Bloom kind)
 //
 // MurmurHash3 x64 128 of the ID gives h1 and h2. The shard is taken from
 // h2; a splitmix64 stream seeded by h1 gives each word's index and its bit

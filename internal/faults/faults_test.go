@@ -155,7 +155,7 @@ func (r *rig) start(i int) {
 	w := &worker{http: redisproc.FreeAddr(), stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	w.cmd = exec.Command(bin)
 	w.cmd.Env = append(os.Environ(),
-		"DEDUPE_PIPELINE=faults", "DEDUPE_KAFKA_BROKERS="+strings.Join(r.k.Addrs(), ","), "DEDUPE_INPUT_TOPIC="+inTopic,
+		"DEDUPE_PIPELINE=faults", "DEDUPE_FILTER="+testenv.Filter(), "DEDUPE_KAFKA_BROKERS="+strings.Join(r.k.Addrs(), ","), "DEDUPE_INPUT_TOPIC="+inTopic,
 		"DEDUPE_OUTPUT_TOPIC="+outTopic, "DEDUPE_DLQ_TOPIC="+dlqTopic, "DEDUPE_REDIS_ADDRS="+strings.Join(r.redisAddrs, ","),
 		"DEDUPE_ID_FIELD=click_id", "DEDUPE_TIME_FIELD=ts",
 		// Expected false positives far below one: 200k IDs in a filter for 2M at 1e-9.

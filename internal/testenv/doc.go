@@ -19,3 +19,15 @@
 // engine's own tests can use it; a test that starts replicas passes the
 // application's Run (see RunFunc).
 package testenv
+
+import "os"
+
+// Filter is the filter kind the tests run workers and filters with:
+// DEDUPE_TEST_FILTER (bloom or fingerprint), bloom when unset. scripts/test
+// runs the engine, the fault suite and the application's tests with each.
+func Filter() string {
+	if k := os.Getenv("DEDUPE_TEST_FILTER"); k != "" {
+		return k
+	}
+	return "bloom"
+}

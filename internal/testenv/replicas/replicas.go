@@ -45,7 +45,7 @@ func Config(pipeline string, brokers []string, redisAddrs ...string) config.Conf
 	c.Pipeline, c.KafkaBrokers, c.InputTopic, c.OutputTopic, c.DLQTopic = pipeline, brokers, "in", "out", "dlq"
 	c.GroupID, c.RedisAddrs, c.IDField = "dedupe-"+pipeline, redisAddrs, "id"
 	c.ExpectedPerWindow, c.BatchSize, c.BatchLinger = 100_000, 100, 20*time.Millisecond
-	c.HTTPAddr, c.LogLevel = redisproc.FreeAddr(), "warn"
+	c.HTTPAddr, c.LogLevel, c.Filter = redisproc.FreeAddr(), "warn", testenv.Filter()
 	c.RedisTimeout, c.KafkaTimeout, c.KafkaSessionTimeout, c.ShutdownTimeout = 2*time.Second, 5*time.Second, 2*time.Second, 10*time.Second
 	return c
 }
