@@ -13,11 +13,11 @@ import (
 func TestFingerprintLocateGolden(t *testing.T) {
 	f := &Filter{plan: Plan{Kind: KindFingerprint, Shards: 7}}
 	golden := map[string]string{
-		"":                                     "",
-		"click-1":                              "",
-		"click-2":                              "",
-		"3f2b9c1e-7d4a-4e8b-9a1c-2b3d4e5f6a7b": "",
-		"\x00\x01\xfe\xff":                     "",
+		"":                                     "shard 0, u 0, fp e220a8397b1dcdaf",
+		"click-1":                              "shard 1, u 3fe949b59fe25378, fp ecb05e57dc9bebe3",
+		"click-2":                              "shard 6, u 3fe4158054e5ada6, fp d376be45f465dd4c",
+		"3f2b9c1e-7d4a-4e8b-9a1c-2b3d4e5f6a7b": "shard 5, u 3fe8ac121dae684c, fp c7669e60ee5f3b55",
+		"\x00\x01\xfe\xff":                     "shard 5, u 3fc6206c73710034, fp b2900d137ac91432",
 	}
 	var loc location
 	for id, want := range golden {
