@@ -87,14 +87,14 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if !ok {
 			return fail(2, "-source %q: want topic/partition/offset", *src)
 		}
-		shard := 0
-		switch {
-		case id != nil:
-			shard = f.ShardOf(id)
-		case f.Plan().Shards > 1:
-			return fail(2, "%d shards: decision records are per shard; give -id, the event's ID, to find its shard", f.Plan().Shards)
+		var when time.Time
+		if *at != "" {
+			when = t
 		}
-		if err := explainSource(ctx, stdout, f, cfg, bloom.Source{Topic: s.Topic, Partition: int32(s.Partition), Offset: s.Offset}, shard); err != nil {
+		if err := explainSource(ctx, stdout, f, cfg, bloom.Source{Topic: s.Topic, Partition: int32(s.Partition), Offset: s.Offset}, id, when); err != nil {
+			if errors.Is(err, bloom.ErrInvalidElement) {
+				return fail(2, "%v (give -id, the event's ID, to find its shard)", err)
+			}
 			return fail(1, "%v", err)
 		}
 	}
@@ -214,12 +214,12 @@ func (in idInput) resolve(src consumer.IDSource, stdin io.Reader) ([]byte, error
 	return consumer.AppendValueID(nil, v), nil
 }
 
-func explainSource(ctx context.Context, w io.Writer, f *bloom.Filter, cfg config.Config, src bloom.Source, shard int) error {
-	r, err := f.ExplainSource(ctx, src, shard)
+func explainSource(ctx context.Context, w io.Writer, f *bloom.Filter, cfg config.Config, src bloom.Source, id []byte, t time.Time) error {
+	r, err := f.ExplainSource(ctx, src, id, t)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "source %v, shard %d: record %s", src, shard, r.Key)
+	fmt.Fprintf(w, "source %v, shard %d: record %s", src, r.Shard, r.Key)
 	if !r.Exists {
 		fmt.Fprintln(w, " does not exist")
 		fmt.Fprintln(w, "no verdict: nothing of this partition was decided in this shard, or the record expired with the filters it guards")

@@ -176,18 +176,18 @@ func TestStatsCommandShowsMissingWindows(t *testing.T) {
 		bucket int64
 		state  string
 	}{{b, "live"}, {b - 1, "MISSING"}} {
-		key := f.FilterKey(0, c.bucket)
+		start := w.Start(c.bucket).Format(time.RFC3339)
 		found := false
 		for _, l := range lines {
-			if strings.Contains(l, key+" ") {
+			if strings.HasPrefix(l, start+" ") {
 				found = true
 				if fs := strings.Fields(l); len(fs) < 4 || fs[3] != c.state {
-					t.Errorf("the row of %s: %q, want state %s", key, l, c.state)
+					t.Errorf("the row of the window of %s: %q, want state %s", start, l, c.state)
 				}
 			}
 		}
 		if !found {
-			t.Errorf("no row for %s", key)
+			t.Errorf("no row for the window of %s", start)
 		}
 	}
 	if !strings.Contains(out.String(), "1 window keys MISSING") {

@@ -11,12 +11,34 @@ import (
 	"time"
 )
 
-// item is one element with everything derived from it.
+// item is one element with everything derived from it: its placement,
+// its window's plan (wp) and its location under it; and, for each
+// neighbour the test reads whose plan is another, that plan and the
+// location under it (else nil).
 type item struct {
-	loc location
-	at  placement
-	src *Source
-	t   time.Time // the event time, which at is placed by
+	loc  location
+	at   placement
+	wp   *windowPlan
+	src  *Source
+	t    time.Time // the event time, which at is placed by
+	id   []byte
+	nbWP [2]*windowPlan // the previous and the next bucket's plan, when other than wp
+	nb   [2]location
+}
+
+// nbPlan is the plan of neighbour i of the item.
+func (it *item) nbPlan(i int) *windowPlan {
+	wp, _ := it.neighbour(i)
+	return wp
+}
+
+// neighbour returns the plan of neighbour i (0: previous, 1: next) of
+// the item and its location under it.
+func (it *item) neighbour(i int) (*windowPlan, *location) {
+	if it.nbWP[i] != nil {
+		return it.nbWP[i], &it.nb[i]
+	}
+	return it.wp, &it.loc
 }
 
 // shardBucket is one shard's filter of one bucket: the keys of its
@@ -27,16 +49,21 @@ type shardBucket struct {
 }
 
 // bucketGroup is the elements of a call decided in one shardBucket; they
-// share the bucket's placement, so the same neighbours.
+// share the bucket's placement, so the same neighbours, and the shards of
+// the neighbours they read (-1: not read), which differ from their own
+// only under another plan.
 type bucketGroup struct {
-	shard int
-	at    placement
+	shard      int
+	at         placement
+	prev, next int
 }
 
 func (g bucketGroup) own() shardBucket { return shardBucket{g.shard, g.at.bucket} }
 
-// shardPartition is a source partition's decision record in one shard.
+// shardPartition is a source partition's decision record in one shard of
+// a plan.
 type shardPartition struct {
+	wp        *windowPlan
 	shard     int
 	topic     string
 	partition int32
@@ -59,17 +86,25 @@ type batch struct {
 	// keys are the script's KEYS; keyIdx gives each one's 1-based index.
 	keys   []string
 	keyIdx map[string]int
-	// The script's arguments (protocol.go): the partition runs, the
-	// elements, the bucket groups, the buckets the call reads, and where
-	// the elements are (two slots).
-	runsArg, elemsArg, groupsArg, bucketsArg, locArg, offsArg []byte
-	scratch                                                   []byte
-	// groups are the bucket groups of the call, ascending by bucket.
-	groups []bucketGroup
+	// The script's arguments (protocol.go): the plans, the partition
+	// runs, the elements, the bucket groups, the buckets the call reads,
+	// and where the elements are (two slots per plan).
+	plansArg, runsArg, elemsArg, groupsArg, bucketsArg []byte
+	locArgs                                            [][]byte
+	scratch                                            []byte
+	// plans are the distinct plans of the windows the call reads.
+	plans []*windowPlan
+	// groups are the bucket groups of the call, ascending by bucket; and
+	// the plans of each one's own bucket and neighbours.
+	groups  []bucketGroup
+	groupWP [][3]*windowPlan
 	// refOf numbers the buckets the call reads, its groups' own and their
 	// neighbours (1-based); refs lists them by number.
 	refOf map[shardBucket]int
 	refs  []shardBucket
+	// sources are the batch's sources, to refuse one twice before
+	// anything is written.
+	sources map[Source]struct{}
 	// runOf, runs and runIdx put the items in call order (sortForCall).
 	runOf  map[shardPartition]int
 	runs   []partitionRun
@@ -77,7 +112,7 @@ type batch struct {
 }
 
 var batchPool = sync.Pool{New: func() any {
-	return &batch{keyIdx: map[string]int{}, runOf: map[shardPartition]int{}, refOf: map[shardBucket]int{}}
+	return &batch{keyIdx: map[string]int{}, runOf: map[shardPartition]int{}, refOf: map[shardBucket]int{}, sources: map[Source]struct{}{}}
 }}
 
 func getBatch() *batch { return batchPool.Get().(*batch) }
@@ -102,7 +137,7 @@ func (b *batch) key(k string) int {
 }
 
 // sortForCall sets b.order to the call order of the items: by (shard,
-// topic, partition), keeping arrival order inside a run (a stable
+// plan, topic, partition), keeping arrival order inside a run (a stable
 // counting sort: a batch has few runs), then by offset, which Kafka input
 // already has. A source that appears twice is an ErrInvalidElement.
 func (b *batch) sortForCall() error {
@@ -112,7 +147,7 @@ func (b *batch) sortForCall() error {
 	b.runIdx = slices.Grow(b.runIdx[:0], len(b.items))[:len(b.items)]
 	for i := range b.items {
 		it := &b.items[i]
-		k := shardPartition{it.loc.shard, it.src.Topic, it.src.Partition}
+		k := shardPartition{it.wp, it.loc.shard, it.src.Topic, it.src.Partition}
 		r, ok := b.runOf[k]
 		if !ok {
 			r = len(b.runs)
@@ -128,7 +163,7 @@ func (b *batch) sortForCall() error {
 	}
 	slices.SortFunc(rank, func(x, y int) int {
 		a, c := b.runs[x].key, b.runs[y].key
-		return cmp.Or(cmp.Compare(a.shard, c.shard), cmp.Compare(a.topic, c.topic), cmp.Compare(a.partition, c.partition))
+		return cmp.Or(cmp.Compare(a.shard, c.shard), cmp.Compare(a.wp.tag, c.wp.tag), cmp.Compare(a.topic, c.topic), cmp.Compare(a.partition, c.partition))
 	})
 	start := 0
 	for _, r := range rank {

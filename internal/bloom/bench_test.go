@@ -1,6 +1,7 @@
 package bloom
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func BenchmarkClientSide(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		bt := getBatch()
-		if err := f.prepare(bt, es); err != nil {
+		if err := f.prepare(context.Background(), bt, es); err != nil {
 			b.Fatal(err)
 		}
 		f.encode(bt, bt.order)

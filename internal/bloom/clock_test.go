@@ -39,7 +39,7 @@ func slowScripts(t *testing.T, c *redis.Client) []redis.SlowLog {
 // windowKeys returns the buckets of f whose stage 0 key of shard 0 exists.
 func windowKeys(t *testing.T, c *redis.Client, f *Filter) []int64 {
 	t.Helper()
-	prefix := f.FilterKey(0, 0)
+	prefix := f.own.filterKey(0, 0)
 	prefix = prefix[:len(prefix)-1]
 	keys, err := c.Keys(t.Context(), prefix+"*").Result()
 	if err != nil {
@@ -239,7 +239,7 @@ func TestLongWaitIsUnhealthy(t *testing.T) {
 		cfg.GrowthWait = time.Minute
 	})
 	next := fillStage0(t, f, at, "h")
-	lock := f.StageKey(0, f.cfg.Window.Bucket(at), 1) + ":making"
+	lock := f.own.stageKey(0, f.cfg.Window.Bucket(at), 1) + ":making"
 	if err := c.Set(t.Context(), lock, 1, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

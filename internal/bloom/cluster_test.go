@@ -35,7 +35,7 @@ func TestClusterSlotMigration(t *testing.T) {
 		p, _ := NewPlan(n, 1e-6, PlanOptions{MinShards: 2, Kind: testKind})
 		cfg.Plan = p
 	})
-	slot, err := cc.ClusterKeySlot(ctx, f.FilterKey(0, 0)).Result()
+	slot, err := cc.ClusterKeySlot(ctx, f.own.filterKey(0, 0)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,29 +23,46 @@ type scriptCall struct {
 func (f *Filter) encode(b *batch, order []int) scriptCall {
 	b.keys = b.keys[:0]
 	clear(b.keyIdx)
+	b.plans = b.plans[:0]
 	recordExpire := f.encodeGroups(b, order)
 	f.encodeRuns(b, order)
 	f.encodeElements(b, order)
-	f.encodeLocations(b, order)
-	argv := make([]any, argLocations+1)
+	b.plansArg = msgp.AppendArrayHeader(b.plansArg[:0], uint32(len(b.plans)))
+	for _, wp := range b.plans {
+		b.plansArg = append(b.plansArg, wp.arg...)
+	}
+	argv := make([]any, argLocations-1+2*len(b.plans))
 	argv[argRing-1] = f.cfg.ReplayHorizon
 	argv[argRecordExpire-1] = recordExpire
-	argv[argPlans-1] = f.plansArg
+	argv[argPlans-1] = b.plansArg
 	argv[argBuckets-1] = b.bucketsArg
 	argv[argGroups-1] = b.groupsArg
 	argv[argRuns-1] = b.runsArg
 	argv[argElements-1] = b.elemsArg
-	argv[argLocations-1] = b.locArg
-	argv[argLocations] = b.offsArg
+	b.locArgs = slices.Grow(b.locArgs[:0], 2*len(b.plans))[:2*len(b.plans)]
+	for k, wp := range b.plans {
+		b.locArgs[2*k], b.locArgs[2*k+1] = encodeLocations(b, order, wp, b.locArgs[2*k][:0], b.locArgs[2*k+1][:0])
+		argv[argLocations-1+2*k] = b.locArgs[2*k]
+		argv[argLocations+2*k] = b.locArgs[2*k+1]
+	}
 	return scriptCall{keys: b.keys, argv: argv}
 }
 
-// plansArg is the script's argPlans for plan: its kind, stage count and,
-// per stage, the entries planField* names. It is the same for every call
-// of a Filter.
-func plansArg(p Plan) []byte {
-	tab := msgp.AppendArrayHeader(nil, 1)
-	tab = msgp.AppendArrayHeader(tab, planFieldWidths)
+// planRef is the 1-based number of wp among the call's plans, added if
+// new.
+func (b *batch) planRef(wp *windowPlan) int {
+	if i := slices.Index(b.plans, wp); i >= 0 {
+		return i + 1
+	}
+	b.plans = append(b.plans, wp)
+	return len(b.plans)
+}
+
+// planArg is a plan's entry in the script's argPlans: its kind, stage
+// count and, per stage, the entries planField* names. It is the same for
+// every call.
+func planArg(p Plan) []byte {
+	tab := msgp.AppendArrayHeader(nil, planFieldWidths)
 	kind := kindCodeBloom
 	if p.Kind == KindFingerprint {
 		kind = kindCodeFingerprint
@@ -91,6 +108,30 @@ func plansArg(p Plan) []byte {
 	return tab
 }
 
+// groupOf is the bucket group of a tested item: its shard and placement,
+// and the shard of each neighbour it reads under that neighbour's plan.
+// On a Cluster a neighbour whose shard is another (a plan of another shard
+// count) is in another slot and is not read (see the package doc, Plans).
+func (f *Filter) groupOf(it *item) bucketGroup {
+	g := bucketGroup{shard: it.loc.shard, at: it.at, prev: -1, next: -1}
+	for i, on := range [2]bool{it.at.prev, it.at.next} {
+		if !on {
+			continue
+		}
+		_, loc := it.neighbour(i)
+		s := loc.shard
+		if f.cluster && s != g.shard {
+			s = -1
+		}
+		if i == 0 {
+			g.prev = s
+		} else {
+			g.next = s
+		}
+	}
+	return g
+}
+
 // encodeGroups lists the call's bucket groups (argGroups), ascending by
 // bucket so that a bucket's writes are seen by the next bucket's test of
 // its previous one, and every bucket they read (argBuckets). It returns
@@ -99,27 +140,41 @@ func plansArg(p Plan) []byte {
 func (f *Filter) encodeGroups(b *batch, order []int) int64 {
 	w := f.cfg.Window
 	b.groups = b.groups[:0]
+	b.groupWP = b.groupWP[:0]
 	for _, i := range order {
 		it := &b.items[i]
-		if g := (bucketGroup{it.loc.shard, it.at}); it.at.tested() && !slices.Contains(b.groups, g) {
+		if !it.at.tested() {
+			continue
+		}
+		if g := f.groupOf(it); !slices.Contains(b.groups, g) {
 			b.groups = append(b.groups, g)
+			b.groupWP = append(b.groupWP, [3]*windowPlan{it.wp, it.nbPlan(0), it.nbPlan(1)})
 		}
 	}
-	slices.SortFunc(b.groups, func(x, y bucketGroup) int {
-		return cmp.Or(cmp.Compare(x.at.bucket, y.at.bucket), cmp.Compare(x.shard, y.shard))
+	idx := make([]int, len(b.groups))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(x, y int) int {
+		return cmp.Or(cmp.Compare(b.groups[x].at.bucket, b.groups[y].at.bucket), cmp.Compare(b.groups[x].shard, b.groups[y].shard))
 	})
+	groups, plans := slices.Clone(b.groups), slices.Clone(b.groupWP)
+	for k, i := range idx {
+		b.groups[k], b.groupWP[k] = groups[i], plans[i]
+	}
 	clear(b.refOf)
 	b.refs = b.refs[:0]
 	b.scratch = b.scratch[:0]
 	recordExpire := b.now.Unix() + int64((w.Retention()+w.Length)/time.Second)
 	b.groupsArg = msgp.AppendArrayHeader(b.groupsArg[:0], uint32(groupStride*len(b.groups)))
-	for _, g := range b.groups {
-		own, prev, next := f.bucketRef(b, g.own()), 0, 0
-		if g.at.prev {
-			prev = f.bucketRef(b, shardBucket{g.shard, g.at.bucket - 1})
+	for k, g := range b.groups {
+		wps := b.groupWP[k]
+		own, prev, next := f.bucketRef(b, wps[0], g.own()), 0, 0
+		if g.prev >= 0 {
+			prev = f.bucketRef(b, wps[1], shardBucket{g.prev, g.at.bucket - 1})
 		}
-		if g.at.next {
-			next = f.bucketRef(b, shardBucket{g.shard, g.at.bucket + 1})
+		if g.next >= 0 {
+			next = f.bucketRef(b, wps[2], shardBucket{g.next, g.at.bucket + 1})
 		}
 		b.groupsArg = msgp.AppendInt(b.groupsArg, own)
 		b.groupsArg = msgp.AppendInt(b.groupsArg, prev)
@@ -134,28 +189,28 @@ func (f *Filter) encodeGroups(b *batch, order []int) int64 {
 	return recordExpire
 }
 
-// bucketRef is the 1-based number of sb among the buckets the call reads.
-// A bucket new to the call gets its entry of argBuckets in b.scratch: its
-// plan, the key index of its growth record (0 for a plan that keeps
-// none), then of each stage (its first part; the others follow it in
-// KEYS, new to the call with the bucket).
-func (f *Filter) bucketRef(b *batch, sb shardBucket) int {
+// bucketRef is the 1-based number of sb, a window of plan wp, among the
+// buckets the call reads. A bucket new to the call gets its entry of
+// argBuckets in b.scratch: its plan, the key index of its growth record
+// (0 for a plan that keeps none), then of each stage (its first part; the
+// others follow it in KEYS, new to the call with the bucket).
+func (f *Filter) bucketRef(b *batch, wp *windowPlan, sb shardBucket) int {
 	if r, ok := b.refOf[sb]; ok {
 		return r
 	}
 	b.refs = append(b.refs, sb)
 	b.refOf[sb] = len(b.refs)
 	growthRecord := 0
-	if f.plan.counts() {
-		growthRecord = b.key(f.GrowthKey(sb.shard, sb.bucket))
+	if wp.plan.counts() {
+		growthRecord = b.key(wp.growthKey(sb.shard, sb.bucket))
 	}
-	b.scratch = msgp.AppendArrayHeader(b.scratch, uint32(2+len(f.plan.Stages)))
-	b.scratch = msgp.AppendInt(b.scratch, 1)
+	b.scratch = msgp.AppendArrayHeader(b.scratch, uint32(2+len(wp.plan.Stages)))
+	b.scratch = msgp.AppendInt(b.scratch, b.planRef(wp))
 	b.scratch = msgp.AppendInt(b.scratch, growthRecord)
-	for st, stage := range f.plan.Stages {
-		b.scratch = msgp.AppendInt(b.scratch, b.key(f.StageKey(sb.shard, sb.bucket, st)))
+	for st, stage := range wp.plan.Stages {
+		b.scratch = msgp.AppendInt(b.scratch, b.key(wp.stageKey(sb.shard, sb.bucket, st)))
 		for pt := 1; pt < stage.Parts; pt++ {
-			b.key(f.PartKey(sb.shard, sb.bucket, st, pt))
+			b.key(wp.partKey(sb.shard, sb.bucket, st, pt))
 		}
 	}
 	return len(b.refs)
@@ -171,12 +226,12 @@ func (f *Filter) encodeRuns(b *batch, order []int) {
 		n := 0
 		for k+n < len(order) {
 			it := &b.items[order[k+n]]
-			if it.loc.shard != first.loc.shard || it.src.Topic != first.src.Topic || it.src.Partition != first.src.Partition {
+			if it.wp != first.wp || it.loc.shard != first.loc.shard || it.src.Topic != first.src.Topic || it.src.Partition != first.src.Partition {
 				break
 			}
 			n++
 		}
-		b.scratch = msgp.AppendInt(b.scratch, b.key(f.RecordKey(first.loc.shard, first.src.Topic, first.src.Partition)))
+		b.scratch = msgp.AppendInt(b.scratch, b.key(first.wp.recordKey(first.loc.shard, first.src.Topic, first.src.Partition)))
 		b.scratch = msgp.AppendInt(b.scratch, n)
 		nruns++
 		k += n
@@ -193,7 +248,7 @@ func (f *Filter) encodeElements(b *batch, order []int) {
 		it := &b.items[i]
 		g := 0
 		if it.at.tested() {
-			g = slices.Index(b.groups, bucketGroup{it.loc.shard, it.at}) + 1
+			g = slices.Index(b.groups, f.groupOf(it)) + 1
 		}
 		var e [8 + 2]byte
 		binary.BigEndian.PutUint64(e[:8], uint64(it.src.Offset))
@@ -202,59 +257,77 @@ func (f *Filter) encodeElements(b *batch, order []int) {
 	}
 }
 
-// encodeLocations lists where each item is under the plan (argLocations
-// and the slot after it): for the Bloom kind each word's mask and, with
-// stages, its position, then each word's bit offset in stage 0; for the
-// fingerprint kind its position and fingerprint. An item not tested gets
-// zeros.
-func (f *Filter) encodeLocations(b *batch, order []int) {
-	if f.plan.Kind == KindFingerprint {
-		b.locArg = slices.Grow(b.locArg[:0], fpLocationBytes*len(order))
-		b.offsArg = b.offsArg[:0]
-		st := f.plan.Stages[0]
+// encodeLocations lists where each item is under plan wp (argLocations
+// and the slot after it, for wp's place among the call's plans), appended
+// to a and c: for the Bloom kind each word's mask and, with stages, its
+// position, then each word's bit offset in stage 0; for the fingerprint
+// kind its position, fingerprint and first read. An item that reads no
+// window of wp (not tested, or tested only elsewhere) gets zeros.
+func encodeLocations(b *batch, order []int, wp *windowPlan, a, c []byte) ([]byte, []byte) {
+	p := &wp.plan
+	under := func(it *item) *location {
+		if !it.at.tested() {
+			return nil
+		}
+		if it.wp == wp {
+			return &it.loc
+		}
+		for i := range 2 {
+			if it.nbWP[i] == wp {
+				return &it.nb[i]
+			}
+		}
+		return nil
+	}
+	if p.Kind == KindFingerprint {
+		a = slices.Grow(a, fpLocationBytes*len(order))
+		st := p.Stages[0]
 		for _, i := range order {
-			it := &b.items[i]
 			var e [fpLocationBytes]byte
-			if it.at.tested() {
-				binary.BigEndian.PutUint64(e[fpLocPosition:], math.Float64bits(it.loc.u[0]))
-				binary.BigEndian.PutUint64(e[fpLocFingerprint:], it.loc.fp)
-				part, off := homeSlot(it.loc.u[0], st)
+			if loc := under(&b.items[i]); loc != nil {
+				binary.BigEndian.PutUint64(e[fpLocPosition:], math.Float64bits(loc.u[0]))
+				binary.BigEndian.PutUint64(e[fpLocFingerprint:], loc.fp)
+				part, off := homeSlot(loc.u[0], st)
 				binary.BigEndian.PutUint16(e[fpLocPart:], uint16(part))
 				binary.BigEndian.PutUint32(e[fpLocHome:], uint32(off))
 				putText(e[fpLocFrom:fpLocTo], off)
 				putText(e[fpLocTo:], off+fpFirstRead*uint64(st.Bytes)-1)
 			}
-			b.locArg = append(b.locArg, e[:]...)
+			a = append(a, e[:]...)
 		}
-		return
+		return a, c
 	}
-	W := f.plan.Layout.Words
+	W := p.Layout.Words
 	stride := W
-	growth := f.plan.Growth()
+	growth := p.Growth()
 	if growth {
 		stride += W
 	}
-	b.locArg = msgp.AppendArrayHeader(b.locArg[:0], uint32(len(order)*stride))
-	b.offsArg = msgp.AppendArrayHeader(b.offsArg[:0], uint32(len(order)*W))
+	a = msgp.AppendArrayHeader(a, uint32(len(order)*stride))
+	c = msgp.AppendArrayHeader(c, uint32(len(order)*W))
 	var num [20]byte
 	for _, i := range order {
-		it := &b.items[i]
-		tested := it.at.tested()
+		loc := under(&b.items[i])
 		for j := 0; j < W; j++ {
-			if tested {
-				b.locArg = msgp.AppendUint64(b.locArg, uint64(it.loc.hi[j])<<26|uint64(it.loc.lo[j]))
-				b.offsArg = msgp.AppendStringFromBytes(b.offsArg, strconv.AppendUint(num[:0], it.loc.word[j], 10))
+			if loc != nil {
+				a = msgp.AppendUint64(a, uint64(loc.hi[j])<<26|uint64(loc.lo[j]))
+				c = msgp.AppendStringFromBytes(c, strconv.AppendUint(num[:0], loc.word[j], 10))
 			} else {
-				b.locArg = msgp.AppendUint32(b.locArg, 0)
-				b.offsArg = msgp.AppendString(b.offsArg, "0")
+				a = msgp.AppendUint32(a, 0)
+				c = msgp.AppendString(c, "0")
 			}
 		}
 		if growth {
 			for j := 0; j < W; j++ {
-				b.locArg = msgp.AppendFloat64(b.locArg, it.loc.u[j])
+				u := 0.0
+				if loc != nil {
+					u = loc.u[j]
+				}
+				a = msgp.AppendFloat64(a, u)
 			}
 		}
 	}
+	return a, c
 }
 
 // putText writes n into field as a length byte and its decimal digits.

@@ -266,7 +266,7 @@ func TestMaintenanceRetriesOutOfMemory(t *testing.T) {
 	b := f.Window().Bucket(now)
 	stageKeys := func() (n int64) {
 		for s := range f.Plan().Shards {
-			k := f.StageKey(s, b, 1)
+			k := f.own.stageKey(s, b, 1)
 			m, err := c.Exists(t.Context(), k, k+":making").Result()
 			if err != nil {
 				t.Fatal(err)
@@ -275,7 +275,7 @@ func TestMaintenanceRetriesOutOfMemory(t *testing.T) {
 		}
 		return n
 	}
-	next := f.FilterKey(0, f.Window().Bucket(now.Add(f.Window().Length)))
+	next := f.own.filterKey(0, f.Window().Bucket(now.Add(f.Window().Length)))
 
 	testenv.FillRedis(t, c)
 	reg := prometheus.NewRegistry()

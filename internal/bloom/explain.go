@@ -51,31 +51,30 @@ func (e Explanation) Seen() bool {
 	return false
 }
 
-// ShardOf is the shard of an ID: where its filter bits and the decision
-// records of its sources are.
-func (f *Filter) ShardOf(id []byte) int {
-	var loc location
-	f.locate(id, &loc)
-	return loc.shard
-}
-
 // Explain reads, without writing anything, which buckets, shard and
 // stages a decision about id with event time t would test now, and
-// whether each holds it. It is for tooling (dedupe-worker explain), not
-// the hot path.
+// whether each holds it, each window by the plan recorded with it. It is
+// for tooling (dedupe-worker explain), not the hot path.
 func (f *Filter) Explain(ctx context.Context, id []byte, t time.Time) (Explanation, error) {
 	if len(id) == 0 || t.IsZero() {
 		return Explanation{}, fmt.Errorf("%w: an ID and an event time are needed", ErrInvalidElement)
 	}
 	w := f.cfg.Window
-	var loc location
-	f.locate(id, &loc)
 	at := w.place(t, f.cfg.Now(), f.cfg.MaxFutureSkew, f.cfg.MaxClockSkew)
-	e := Explanation{Bucket: at.bucket, Shard: loc.shard, Deadline: w.Deadline(t), Late: at.status == Late, Future: at.status == Future}
+	e := Explanation{Bucket: at.bucket, Deadline: w.Deadline(t), Late: at.status == Late, Future: at.status == Future}
 	for _, b := range at.buckets() {
-		for st := range f.plan.Stages {
+		wp, err := f.planOf(ctx, b, false)
+		if err != nil {
+			return e, err
+		}
+		var loc location
+		wp.locate(id, &loc)
+		if b == at.bucket {
+			e.Shard = loc.shard
+		}
+		for st := range wp.plan.Stages {
 			p := Probe{Bucket: b, Start: w.Start(b), Stage: st}
-			if err := f.probe(ctx, &p, &loc); err != nil {
+			if err := f.probe(ctx, wp, &p, &loc); err != nil {
 				return e, err
 			}
 			if !p.Exists && st > 0 {
@@ -89,11 +88,11 @@ func (f *Filter) Explain(ctx context.Context, id []byte, t time.Time) (Explanati
 
 // probe reads whether p's keys exist, their TTL, and the ID's words (or
 // fingerprint) in them.
-func (f *Filter) probe(ctx context.Context, p *Probe, loc *location) error {
+func (f *Filter) probe(ctx context.Context, wp *windowPlan, p *Probe, loc *location) error {
 	cctx, cancel := f.callCtx(ctx)
 	defer cancel()
-	if f.plan.Kind == KindFingerprint {
-		return f.probeFingerprint(cctx, p, loc)
+	if wp.plan.Kind == KindFingerprint {
+		return f.probeFingerprint(cctx, wp, p, loc)
 	}
 	// The ID's words, by the key that holds them.
 	type word struct {
@@ -102,12 +101,12 @@ func (f *Filter) probe(ctx context.Context, p *Probe, loc *location) error {
 	}
 	var keys []string
 	byKey := map[string][]word{}
-	for j := 0; j < f.plan.Layout.Words; j++ {
-		key, off := f.StageKey(loc.shard, p.Bucket, 0), loc.word[j]
+	for j := 0; j < wp.plan.Layout.Words; j++ {
+		key, off := wp.stageKey(loc.shard, p.Bucket, 0), loc.word[j]
 		if p.Stage > 0 {
 			var pt int
-			pt, off = stageWord(loc.u[j], f.plan.Stages[p.Stage])
-			key = f.PartKey(loc.shard, p.Bucket, p.Stage, pt)
+			pt, off = stageWord(loc.u[j], wp.plan.Stages[p.Stage])
+			key = wp.partKey(loc.shard, p.Bucket, p.Stage, pt)
 		}
 		if byKey[key] == nil {
 			keys = append(keys, key)
@@ -151,6 +150,7 @@ func (f *Filter) probe(ctx context.Context, p *Probe, loc *location) error {
 // (in one shard) says of it.
 type RecordExplanation struct {
 	Key    string
+	Shard  int
 	Exists bool
 	TTL    time.Duration
 	// Watermark is one past the highest offset decided in this shard's
@@ -160,13 +160,28 @@ type RecordExplanation struct {
 }
 
 // ExplainSource reads, without writing anything, the decision record of
-// src in shard: the verdict a replay of it would get, or why there is
-// none.
-func (f *Filter) ExplainSource(ctx context.Context, src Source, shard int) (RecordExplanation, error) {
-	if shard < 0 || shard >= f.plan.Shards {
-		return RecordExplanation{}, fmt.Errorf("%w: shard %d of %d", ErrInvalidElement, shard, f.plan.Shards)
+// src: the verdict a replay of it would get, or why there is none. A
+// source's record is that of its event's window's plan and of its ID's
+// shard under that plan: give the event's ID and time; without the time
+// the record of this replica's own plan is read, and without the ID shard
+// 0's, which is the only shard of a plan that has one.
+func (f *Filter) ExplainSource(ctx context.Context, src Source, id []byte, t time.Time) (RecordExplanation, error) {
+	wp := f.own
+	if !t.IsZero() {
+		var err error
+		if wp, err = f.planOf(ctx, f.cfg.Window.Bucket(t), false); err != nil {
+			return RecordExplanation{}, err
+		}
 	}
-	r := RecordExplanation{Key: f.RecordKey(shard, src.Topic, src.Partition), Horizon: f.cfg.ReplayHorizon}
+	shard := 0
+	if id != nil {
+		var loc location
+		wp.locate(id, &loc)
+		shard = loc.shard
+	} else if wp.plan.Shards > 1 {
+		return RecordExplanation{}, fmt.Errorf("%w: %d shards: decision records are per shard; give the event's ID to find its shard", ErrInvalidElement, wp.plan.Shards)
+	}
+	r := RecordExplanation{Key: wp.recordKey(shard, src.Topic, src.Partition), Shard: shard, Horizon: f.cfg.ReplayHorizon}
 	cctx, cancel := f.callCtx(ctx)
 	defer cancel()
 	rec, err := f.client.Get(cctx, r.Key).Bytes()

@@ -40,7 +40,7 @@ func TestExplain(t *testing.T) {
 		}
 		p := e.Probes[1]
 		// The key of stage 0, or of its part holding the ID.
-		if !p.Exists || !p.Holds || !strings.HasPrefix(p.Key, f.FilterKey(e.Shard, bucket)) || p.TTL <= 0 {
+		if !p.Exists || !p.Holds || !strings.HasPrefix(p.Key, f.own.filterKey(e.Shard, bucket)) || p.TTL <= 0 {
 			t.Fatalf("seen-%d: probe of its own bucket %+v; want it to exist and hold the ID", i, p)
 		}
 		if !e.Seen() || e.Probes[0].Holds {
@@ -71,7 +71,7 @@ func TestExplain(t *testing.T) {
 	}
 
 	for i := range es {
-		r, err := f.ExplainSource(t.Context(), es[i].Source, f.ShardOf(es[i].ID))
+		r, err := f.ExplainSource(t.Context(), es[i].Source, es[i].ID, es[i].Time)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,10 +85,10 @@ func TestExplain(t *testing.T) {
 			t.Fatalf("offset %d (verdict %v): %+v, want %v", i, v[i], r, want)
 		}
 	}
-	if r, _ := f.ExplainSource(t.Context(), Source{Topic: "t", Partition: 0, Offset: 500}, 0); !r.Exists || r.Recorded != NotDecided {
+	if r, _ := f.ExplainSource(t.Context(), Source{Topic: "t", Partition: 0, Offset: 500}, nil, time.Time{}); !r.Exists || r.Recorded != NotDecided {
 		t.Errorf("an offset past the watermark: %+v", r)
 	}
-	if r, _ := f.ExplainSource(t.Context(), Source{Topic: "t", Partition: 9, Offset: 1}, 0); r.Exists || r.Recorded != NotDecided {
+	if r, _ := f.ExplainSource(t.Context(), Source{Topic: "t", Partition: 9, Offset: 1}, nil, time.Time{}); r.Exists || r.Recorded != NotDecided {
 		t.Errorf("a partition never decided: %+v", r)
 	}
 	if after, err := c.DBSize(t.Context()).Result(); err != nil || after != keys {

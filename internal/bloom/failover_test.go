@@ -239,7 +239,7 @@ func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipe
 	// failover, the node asked may not list the replica yet.
 	var replicas int
 	if !testenv.Until(30*time.Second, func() bool {
-		_, rs, err := cl.Shard(ctx, f.SyncKey(0))
+		_, rs, err := cl.Shard(ctx, f.syncKey(0))
 		replicas = len(rs)
 		return err == nil && replicas == 1
 	}) {
@@ -272,7 +272,7 @@ func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipe
 	var faultErr error  // what fault returned, once faultDone is closed
 	var faultLog string // what it did, once faultDone is closed
 	fault := func() error {
-		master, replicas, err := cl.Shard(ctx, f.SyncKey(0))
+		master, replicas, err := cl.Shard(ctx, f.syncKey(0))
 		if err != nil {
 			return err
 		}
@@ -318,7 +318,7 @@ func failover(t *testing.T, cl *redisproc.Cluster, cc *redis.ClusterClient, pipe
 			return fmt.Errorf("after killing %s: %w", master.Addr, err)
 		}
 		promoted := time.Since(killedAt)
-		if now, _, err := cl.Shard(ctx, f.SyncKey(0)); err != nil || now != replica {
+		if now, _, err := cl.Shard(ctx, f.syncKey(0)); err != nil || now != replica {
 			return fmt.Errorf("shard 0 is on %v (%v) after the failover, want %s", now, err, replica.Addr)
 		}
 		if err := master.Restart(ctx); err != nil {

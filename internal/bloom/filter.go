@@ -27,15 +27,15 @@ var (
 // replica configured alike. It is safe for concurrent use.
 type Filter struct {
 	cfg     Config
-	plan    Plan
 	client  redis.UniversalClient
 	cluster bool
-	// tag names the layout in every key (layoutTag).
-	tag string
-	// prefixes start the keys of each shard (shardPrefixes), built once
-	// here, not per batch.
-	prefixes []string
-	// scriptCached[s] is set once the master serving shard s has run the
+	// own is this replica's plan (Config.Plan), which the windows it
+	// makes are made with; windows are tested by the plan recorded with
+	// them (windowplan.go), looked up once each.
+	own     *windowPlan
+	windows windowPlans
+	// scriptCached[s] is set once the master serving shard s (of any
+	// plan) has run the
 	// script with MinReplicas (see runReplicated).
 	scriptCached []atomic.Bool
 	// growWanted is signalled when a call asked for stages ahead of need,
@@ -46,8 +46,6 @@ type Filter struct {
 	// stages; obs is where they are also reported once Maintain runs.
 	stats growthStats
 	obs   atomic.Pointer[reporter]
-	// plansArg is the script's argPlans (plansArg).
-	plansArg []byte
 	// evicting is set while the maintenance finds a master whose eviction
 	// policy is not noeviction (see Healthy).
 	evicting atomic.Bool
@@ -75,21 +73,20 @@ func New(client redis.UniversalClient, cfg Config) (*Filter, error) {
 	}
 	f := &Filter{
 		cfg:     cfg,
-		plan:    cfg.Plan,
 		client:  client,
 		cluster: cluster,
-		tag:     layoutTag(cfg),
 	}
-	f.scriptCached = make([]atomic.Bool, cfg.Plan.Shards)
+	f.windows.byBucket, f.windows.known, f.windows.absent = map[int64]*windowPlan{}, map[string]*windowPlan{}, map[int64]time.Time{}
+	f.own = f.known(cfg.Plan)
+	f.scriptCached = make([]atomic.Bool, MaxShards)
 	f.growWanted = make(chan struct{}, 1)
 	f.pending = map[stageRef]struct{}{}
-	f.plansArg = plansArg(cfg.Plan)
-	f.prefixes = shardPrefixes(cfg, f.tag)
 	return f, nil
 }
 
-// Plan returns the filter's sizing.
-func (f *Filter) Plan() Plan { return f.plan }
+// Plan returns the filter's sizing: the plan of the windows this replica
+// makes (a window made by another is tested by the plan made with it).
+func (f *Filter) Plan() Plan { return f.own.plan }
 
 // Now is the present by the filter's clock (Config.Now): what preallocation
 // and stats are computed for.
@@ -109,7 +106,7 @@ func (f *Filter) MaxFutureSkew() time.Duration { return f.cfg.MaxFutureSkew }
 // PreallocateLead is how long before a bucket starts the maintenance makes
 // its keys (the package function PreallocateLead for this filter).
 func (f *Filter) PreallocateLead() time.Duration {
-	return PreallocateLead(f.plan, f.cfg.Window, f.cfg.CallTimeout)
+	return PreallocateLead(f.own.plan, f.cfg.Window, f.cfg.CallTimeout)
 }
 
 // Window returns how the filter maps event times to buckets.
@@ -118,3 +115,7 @@ func (f *Filter) Window() Window { return f.cfg.Window }
 func (f *Filter) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, f.cfg.CallTimeout)
 }
+
+// Tag returns the layout tag that every key of the windows this replica
+// makes carries.
+func (f *Filter) Tag() string { return f.own.tag }

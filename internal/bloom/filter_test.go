@@ -475,18 +475,18 @@ func TestPreallocateMakesFullKeysWithTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := f.cfg.Window.Bucket(t0)
-	key := f.FilterKey(0, b)
+	key := f.own.filterKey(0, b)
 	st0 := f.Plan().Stages[0]
 	var mem int64
 	for pt := range st0.Parts {
-		n, err := c.StrLen(t.Context(), f.PartKey(0, b, 0, pt)).Result()
+		n, err := c.StrLen(t.Context(), f.own.partKey(0, b, 0, pt)).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if uint64(n) != st0.partBytes() {
 			t.Errorf("part %d: preallocated %d bytes, want %d", pt, n, st0.partBytes())
 		}
-		m, err := c.MemoryUsage(t.Context(), f.PartKey(0, b, 0, pt)).Result()
+		m, err := c.MemoryUsage(t.Context(), f.own.partKey(0, b, 0, pt)).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -51,10 +51,10 @@ func homeSlot(u float64, st Stage) (part int, off uint64) {
 // probeFingerprint is probe for the fingerprint kind: the part holding the
 // ID's home, read from the home as the script reads it, up to the first
 // empty slot.
-func (f *Filter) probeFingerprint(ctx context.Context, p *Probe, loc *location) error {
-	st := f.plan.Stages[p.Stage]
+func (f *Filter) probeFingerprint(ctx context.Context, wp *windowPlan, p *Probe, loc *location) error {
+	st := wp.plan.Stages[p.Stage]
 	part, off := homeSlot(loc.u[0], st)
-	p.Key = f.PartKey(loc.shard, p.Bucket, p.Stage, part)
+	p.Key = wp.partKey(loc.shard, p.Bucket, p.Stage, part)
 	ttl, err := f.client.PTTL(ctx, p.Key).Result()
 	if err != nil {
 		return fmt.Errorf("%w: reading the TTL of %s: %w", ErrRedis, p.Key, err)

@@ -11,7 +11,7 @@ import (
 // must never change: tables in Redis outlive deploys, and replicas of
 // different versions share them.
 func TestFingerprintLocateGolden(t *testing.T) {
-	f := &Filter{plan: Plan{Kind: KindFingerprint, Shards: 7}}
+	f := &Filter{own: &windowPlan{plan: Plan{Kind: KindFingerprint, Shards: 7}}}
 	golden := map[string]string{
 		"":                                     "shard 0, u 0, fp e220a8397b1dcdaf",
 		"click-1":                              "shard 1, u 3fe949b59fe25378, fp ecb05e57dc9bebe3",
@@ -21,7 +21,7 @@ func TestFingerprintLocateGolden(t *testing.T) {
 	}
 	var loc location
 	for id, want := range golden {
-		f.locate([]byte(id), &loc)
+		f.own.locate([]byte(id), &loc)
 		got := fmt.Sprintf("shard %d, u %x, fp %016x", loc.shard, math.Float64bits(loc.u[0]), loc.fp)
 		if got != want {
 			t.Errorf("locate(%q) = %s, want %s: the element-to-slot mapping changed, every live table would be read wrong", id, got, want)

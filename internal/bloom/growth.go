@@ -97,9 +97,13 @@ const (
 // it made before is a window whose keys were lost (noteRemade).
 func (f *Filter) makeStage(ctx context.Context, r stageRef, by maker) (makeResult, error) {
 	start := time.Now()
+	wp, err := f.planOf(ctx, r.bucket, true)
+	if err != nil {
+		return 0, err
+	}
 	res, made := stageExists, 0
-	for pt := range f.plan.Stages[r.stage].Parts {
-		got, err := f.makePart(ctx, r, pt)
+	for pt := range wp.plan.Stages[r.stage].Parts {
+		got, err := f.makePart(ctx, wp, r, pt)
 		if err != nil {
 			return 0, err
 		}
@@ -118,7 +122,7 @@ func (f *Filter) makeStage(ctx context.Context, r stageRef, by maker) (makeResul
 		f.stats.made.Add(1)
 		if o := f.obs.Load(); o != nil {
 			o.g.grown.Inc()
-			st := f.plan.Stages[r.stage]
+			st := wp.plan.Stages[r.stage]
 			o.log.Info("window grew: next stage made", zap.Time("window", f.cfg.Window.Start(r.bucket)), zap.Int("shard", r.shard),
 				zap.Int("stage", r.stage), zap.Int("parts", made), zap.Uint64("bytes", uint64(made)*st.partBytes()), zap.Duration("took", time.Since(start)))
 		}
@@ -135,12 +139,12 @@ func (f *Filter) makeStage(ctx context.Context, r stageRef, by maker) (makeResul
 // which Redis buffers in full before the NX refuses it; the lock expires
 // once the maker would have given up. A stage whose bucket has expired is
 // not made (reported as existing: nothing is to be waited for).
-func (f *Filter) makePart(ctx context.Context, r stageRef, pt int) (makeResult, error) {
+func (f *Filter) makePart(ctx context.Context, wp *windowPlan, r stageRef, pt int) (makeResult, error) {
 	exp := time.Unix(f.cfg.Window.ExpireAt(r.bucket), 0)
 	if !exp.After(f.cfg.Now()) {
 		return stageExists, nil
 	}
-	key := f.PartKey(r.shard, r.bucket, r.stage, pt)
+	key := wp.partKey(r.shard, r.bucket, r.stage, pt)
 	cctx, cancel := f.callCtx(ctx)
 	n, err := f.client.Exists(cctx, key).Result()
 	cancel()
@@ -150,7 +154,7 @@ func (f *Filter) makePart(ctx context.Context, r stageRef, pt int) (makeResult, 
 	if n == 1 {
 		return stageExists, nil
 	}
-	size := f.plan.Stages[r.stage].partBytes()
+	size := wp.plan.Stages[r.stage].partBytes()
 	timeout := makeTimeout(f.cfg.CallTimeout, size)
 	cctx, cancel = f.callCtx(ctx)
 	// The lock outlives the SET's own time-out, which starts after it.
@@ -170,7 +174,7 @@ func (f *Filter) makePart(ctx context.Context, r stageRef, pt int) (makeResult, 
 		dctx, cancel := f.callCtx(context.WithoutCancel(ctx))
 		f.client.Del(dctx, key+":making")
 		cancel()
-		return 0, fmt.Errorf("%w: making stage %d of %s: %w", ErrRedis, r.stage, f.FilterKey(r.shard, r.bucket), err)
+		return 0, fmt.Errorf("%w: making stage %d of %s: %w", ErrRedis, r.stage, wp.filterKey(r.shard, r.bucket), err)
 	}
 	if ok != "OK" {
 		return stageExists, nil
@@ -190,9 +194,6 @@ func (f *Filter) makePart(ctx context.Context, r stageRef, pt int) (makeResult, 
 // that never pays the memory. It returns the stages it made; on an error
 // it returns those made before it.
 func (f *Filter) Grow(ctx context.Context, t time.Time) ([]ShardStage, error) {
-	if !f.plan.Growth() {
-		return nil, nil
-	}
 	made, err := f.makeWanted(ctx)
 	if err != nil {
 		return made, err
@@ -202,13 +203,20 @@ func (f *Filter) Grow(ctx context.Context, t time.Time) ([]ShardStage, error) {
 		if !time.Unix(w.ExpireAt(b), 0).After(f.cfg.Now()) {
 			continue
 		}
-		for s := 0; s < f.plan.Shards; s++ {
-			g, err := f.growth(ctx, s, b)
+		wp, err := f.planOf(ctx, b, false)
+		if err != nil {
+			return made, err
+		}
+		if !wp.plan.Growth() {
+			continue
+		}
+		for s := 0; s < wp.plan.Shards; s++ {
+			g, err := f.growth(ctx, wp, s, b)
 			if err != nil {
 				return made, err
 			}
 			next := g.Stage + 1
-			if next >= len(f.plan.Stages) || (g.Held < f.plan.Stages[g.Stage].CapacityPerShard && g.Wanted < next) {
+			if next >= len(wp.plan.Stages) || (g.Held < wp.plan.Stages[g.Stage].CapacityPerShard && g.Wanted < next) {
 				continue
 			}
 			r := stageRef{bucket: b, shard: s, stage: next}
@@ -217,7 +225,7 @@ func (f *Filter) Grow(ctx context.Context, t time.Time) ([]ShardStage, error) {
 				return made, err
 			}
 			if res == stageMade {
-				made = append(made, ShardStage{Bucket: b, Shard: s, Stage: next, Bytes: f.plan.Stages[next].shardBytes()})
+				made = append(made, ShardStage{Bucket: b, Shard: s, Stage: next, Bytes: wp.plan.Stages[next].shardBytes()})
 			}
 		}
 	}
@@ -243,7 +251,11 @@ func (f *Filter) makeWanted(ctx context.Context) ([]ShardStage, error) {
 			return made, err
 		}
 		if res == stageMade {
-			made = append(made, ShardStage{Bucket: r.bucket, Shard: r.shard, Stage: r.stage, Bytes: f.plan.Stages[r.stage].shardBytes()})
+			wp, err := f.planOf(ctx, r.bucket, true)
+			if err != nil {
+				return made, err
+			}
+			made = append(made, ShardStage{Bucket: r.bucket, Shard: r.shard, Stage: r.stage, Bytes: wp.plan.Stages[r.stage].shardBytes()})
 		}
 	}
 	return made, nil
@@ -296,10 +308,10 @@ func (f *Filter) awaitStages(ctx context.Context, needs []stageRef, deadline tim
 			left := time.Until(deadline)
 			if left <= 0 {
 				return madeAny, fmt.Errorf("%w: stage %d of %s still being made by another maker after %v", ErrGrowthWait, r.stage,
-					f.FilterKey(r.shard, r.bucket), f.cfg.GrowthWait)
+					f.windowName(r), f.cfg.GrowthWait)
 			}
 			if err := pauseUntil(ctx, pause, deadline); err != nil {
-				return madeAny, fmt.Errorf("waiting for stage %d of %s: %w", r.stage, f.FilterKey(r.shard, r.bucket), err)
+				return madeAny, fmt.Errorf("waiting for stage %d of %s: %w", r.stage, f.windowName(r), err)
 			}
 			pause = min(2*pause, 10*time.Millisecond)
 		}
@@ -413,12 +425,12 @@ type Growth struct {
 	Wanted   int
 }
 
-func (f *Filter) growth(ctx context.Context, shard int, b int64) (Growth, error) {
+func (f *Filter) growth(ctx context.Context, wp *windowPlan, shard int, b int64) (Growth, error) {
 	cctx, cancel := f.callCtx(ctx)
 	defer cancel()
-	r, err := f.client.HMGet(cctx, f.GrowthKey(shard, b), "k", "n", "o", "c", "a", "r", "w").Result()
+	r, err := f.client.HMGet(cctx, wp.growthKey(shard, b), "k", "n", "o", "c", "a", "r", "w").Result()
 	if err != nil {
-		return Growth{}, fmt.Errorf("%w: reading the growth of %s: %w", ErrRedis, f.FilterKey(shard, b), err)
+		return Growth{}, fmt.Errorf("%w: reading the growth of %s: %w", ErrRedis, wp.filterKey(shard, b), err)
 	}
 	str := func(v any) string { s, _ := v.(string); return s }
 	num := func(v any) int64 {
@@ -473,4 +485,16 @@ func (w *waits) longest() time.Duration {
 		d = max(d, time.Since(t))
 	}
 	return d
+}
+
+// windowName names the window of r in messages: its shard's first key,
+// by the plan this replica has for it.
+func (f *Filter) windowName(r stageRef) string {
+	f.windows.mu.Lock()
+	wp, ok := f.windows.byBucket[r.bucket]
+	f.windows.mu.Unlock()
+	if !ok {
+		wp = f.own
+	}
+	return wp.filterKey(r.shard, r.bucket)
 }

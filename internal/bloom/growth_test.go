@@ -22,8 +22,8 @@ import (
 func assertStage(t testing.TB, f *Filter, at time.Time, want int, maxTestOnly int64) {
 	t.Helper()
 	b := f.cfg.Window.Bucket(at)
-	for s := 0; s < f.plan.Shards; s++ {
-		g, err := f.growth(context.Background(), s, b)
+	for s := 0; s < f.own.plan.Shards; s++ {
+		g, err := f.growth(context.Background(), f.own, s, b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,14 +65,14 @@ func batchOf(prefix string, from, to int, at time.Time) []Element {
 // the next ID's number.
 func fillStage0(t testing.TB, f *Filter, at time.Time, prefix string) int {
 	t.Helper()
-	capacity := int(f.plan.Stages[0].CapacityPerShard)
-	if f.plan.Shards != 1 {
-		t.Fatalf("fillStage0 fills one shard, the plan has %d", f.plan.Shards)
+	capacity := int(f.own.plan.Stages[0].CapacityPerShard)
+	if f.own.plan.Shards != 1 {
+		t.Fatalf("fillStage0 fills one shard, the plan has %d", f.own.plan.Shards)
 	}
 	verdicts(t, f, batchOf(prefix, 0, capacity, at)...)
 	next := capacity
 	for ; ; next++ {
-		g, err := f.growth(t.Context(), 0, f.cfg.Window.Bucket(at))
+		g, err := f.growth(t.Context(), f.own, 0, f.cfg.Window.Bucket(at))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,8 +147,8 @@ func TestGrowthKeepsTheRate(t *testing.T) {
 				}
 				cfg.Pipeline, cfg.Plan, cfg.Window.Mode = "grow", inParts(plan, srv.parts), srv.mode
 			})
-			if f.plan.Shards != srv.shards {
-				t.Fatalf("%d shards, want %d", f.plan.Shards, srv.shards)
+			if f.own.plan.Shards != srv.shards {
+				t.Fatalf("%d shards, want %d", f.own.plan.Shards, srv.shards)
 			}
 			fp, done := 0, 0
 			for _, load := range []int{1, 4, 16, 64} {
@@ -178,12 +178,12 @@ func TestGrowthKeepsTheRate(t *testing.T) {
 			got := fillTo(t, flat, at, "id", 0, 64*n)
 			if testKind == KindFingerprint {
 				var only int64
-				for s := range flat.plan.Shards {
-					g, _ := flat.growth(t.Context(), s, flat.cfg.Window.Bucket(at))
+				for s := range flat.own.plan.Shards {
+					g, _ := flat.growth(t.Context(), flat.own, s, flat.cfg.Window.Bucket(at))
 					only += g.TestOnly
 				}
 				if only < 60*n {
-					t.Errorf("without growth at 64x: %d IDs only tested, want all but the table's hard load (%d slots)", only, flat.plan.Stages[0].slots())
+					t.Errorf("without growth at 64x: %d IDs only tested, want all but the table's hard load (%d slots)", only, flat.own.plan.Stages[0].slots())
 				}
 			} else if got < 10*int(p*64*n) {
 				t.Errorf("without growth at 64x: %d false positives, expected far more than %g", got, p*64*n)
@@ -211,7 +211,7 @@ func TestGrowthReplaysAndRaces(t *testing.T) {
 	}
 	// Batches of 700 outrun the maintenance of a 1,000-ID stage: they
 	// wait for their stages, and the switches are what is tested.
-	if g, err := f.growth(t.Context(), 0, f.cfg.Window.Bucket(at)); err != nil || g.Stage < 2 {
+	if g, err := f.growth(t.Context(), f.own, 0, f.cfg.Window.Bucket(at)); err != nil || g.Stage < 2 {
 		t.Fatalf("growth %+v (error %v): want stage 2 or later reached", g, err)
 	}
 	replay := runBatches(t, f, es, 333)
@@ -280,8 +280,8 @@ func TestGrowthCap(t *testing.T) {
 	at := testenv.Now()
 	const n = 1000
 	f := growingFilter(t, c, at, n, 1e-3, 4) // stages of 1,000 and 4,000
-	if len(f.plan.Stages) != 2 {
-		t.Fatalf("%d stages for a growth of 4, want 2", len(f.plan.Stages))
+	if len(f.own.plan.Stages) != 2 {
+		t.Fatalf("%d stages for a growth of 4, want 2", len(f.own.plan.Stages))
 	}
 	// Racing makers: stage 1 once stage 0 is full.
 	fillStage0(t, f, at, "a")
@@ -302,18 +302,18 @@ func TestGrowthCap(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if made != f.plan.Shards {
-		t.Fatalf("stage 1 made %d times by six racing makers, want once per shard (%d)", made, f.plan.Shards)
+	if made != f.own.plan.Shards {
+		t.Fatalf("stage 1 made %d times by six racing makers, want once per shard (%d)", made, f.own.plan.Shards)
 	}
 	fp := fillTo(t, f, at, "a", 1100, 10_000)
 	b := f.cfg.Window.Bucket(at)
 	var testOnly int64
-	for s := 0; s < f.plan.Shards; s++ {
-		g, err := f.growth(t.Context(), s, b)
+	for s := 0; s < f.own.plan.Shards; s++ {
+		g, err := f.growth(t.Context(), f.own, s, b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.Stage != 1 || g.Held < f.plan.Stages[1].CapacityPerShard {
+		if g.Stage != 1 || g.Held < f.own.plan.Stages[1].CapacityPerShard {
 			t.Errorf("shard %d: %+v, want stage 1 full", s, g)
 		}
 		testOnly += g.TestOnly
@@ -325,8 +325,8 @@ func TestGrowthCap(t *testing.T) {
 	if mu := 1e-3 * 10_000; float64(fp) > mu+4*math.Sqrt(mu)+1 {
 		t.Errorf("%d false positives at the cap, above the bound for %g", fp, mu)
 	}
-	for s := 0; s < f.plan.Shards; s++ {
-		if n, _ := c.Exists(t.Context(), f.StageKey(s, b, 2)).Result(); n != 0 {
+	for s := 0; s < f.own.plan.Shards; s++ {
+		if n, _ := c.Exists(t.Context(), f.own.stageKey(s, b, 2)).Result(); n != 0 {
 			t.Errorf("a stage 2 key exists past the cap")
 		}
 	}
@@ -347,7 +347,7 @@ func TestGrowthWithoutMaintenanceWaits(t *testing.T) {
 	}
 	first := runBatches(t, f, es, 500)
 	b := f.cfg.Window.Bucket(at)
-	g, err := f.growth(t.Context(), 0, b)
+	g, err := f.growth(t.Context(), f.own, 0, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,8 +388,8 @@ func TestGrowthAheadOfNeed(t *testing.T) {
 	at := testenv.Now()
 	const n = 50_000
 	f := growingFilter(t, c, at, n, 1e-6, 64)
-	if f.plan.Shards != 1 {
-		t.Fatalf("%d shards, want 1", f.plan.Shards)
+	if f.own.plan.Shards != 1 {
+		t.Fatalf("%d shards, want 1", f.own.plan.Shards)
 	}
 	b := f.cfg.Window.Bucket(at)
 	// Batches until the record holds a measured rate.
@@ -399,7 +399,7 @@ func TestGrowthAheadOfNeed(t *testing.T) {
 		verdicts(t, f, batchOf("ahead", next, next+100, at)...)
 		next += 100
 		var err error
-		if g, err = f.growth(t.Context(), 0, b); err != nil {
+		if g, err = f.growth(t.Context(), f.own, 0, b); err != nil {
 			t.Fatal(err)
 		}
 		return g.Rate > 0 || next >= n/2
@@ -413,7 +413,7 @@ func TestGrowthAheadOfNeed(t *testing.T) {
 	}
 	// The room a measured rate calls for, and then some: the trigger
 	// fires without waiting for the stage to fill.
-	lead := StageLead(f.plan.Stages[1])
+	lead := StageLead(f.own.plan.Stages[1])
 	due := n - int(math.Ceil(g.Rate*lead.Seconds()))
 	if due <= next {
 		t.Fatalf("rate %.0f/s: stage 1 due at once (%d IDs in), nothing left to show", g.Rate, next)
@@ -431,11 +431,11 @@ func TestGrowthAheadOfNeed(t *testing.T) {
 	if !asked {
 		t.Fatal("stage 1 never asked for")
 	}
-	g, _ = f.growth(t.Context(), 0, b)
-	if g.Held >= f.plan.Stages[0].CapacityPerShard || g.Wanted != 1 {
+	g, _ = f.growth(t.Context(), f.own, 0, b)
+	if g.Held >= f.own.plan.Stages[0].CapacityPerShard || g.Wanted != 1 {
 		t.Fatalf("asked at %+v: want stage 1 asked for while stage 0 has room", g)
 	}
-	t.Logf("stage 1 asked for with %d IDs of room at %.0f IDs/s (lead %v)", f.plan.Stages[0].CapacityPerShard-g.Held, g.Rate, lead)
+	t.Logf("stage 1 asked for with %d IDs of room at %.0f IDs/s (lead %v)", f.own.plan.Stages[0].CapacityPerShard-g.Held, g.Rate, lead)
 	if made, err := f.Grow(t.Context(), at); err != nil || len(made) != 1 {
 		t.Fatalf("made %v, error %v: want stage 1", made, err)
 	}
@@ -464,7 +464,7 @@ func TestGrowthReplicasWaitForOneStage(t *testing.T) {
 	// Stage 0 full to the last ID, in one call: over several, a rate
 	// measured could have stage 1 asked for, and made, ahead.
 	verdicts(t, fs[0], batchOf("pre", 0, n, at)...)
-	lock := fs[0].StageKey(0, fs[0].cfg.Window.Bucket(at), 1) + ":making"
+	lock := fs[0].own.stageKey(0, fs[0].cfg.Window.Bucket(at), 1) + ":making"
 	if err := c.Set(t.Context(), lock, 1, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -566,7 +566,7 @@ func TestGrowthWaitRunsOut(t *testing.T) {
 	f := growingFilter(t, c, at, 1000, 1e-3, 64, func(cfg *Config) { cfg.GrowthWait = 300 * time.Millisecond })
 	next := fillStage0(t, f, at, "w")
 	b := f.cfg.Window.Bucket(at)
-	lock := f.StageKey(0, b, 1) + ":making"
+	lock := f.own.stageKey(0, b, 1) + ":making"
 	if err := c.Set(t.Context(), lock, 1, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -597,7 +597,7 @@ func TestGrowthWaitRunsOut(t *testing.T) {
 			t.Fatalf("%s after the failed waits: %v, want first seen (nothing was decided before)", es[i].ID, v)
 		}
 	}
-	if g, _ := f.growth(t.Context(), 0, b); g.Stage != 1 || g.Held != 100 {
+	if g, _ := f.growth(t.Context(), f.own, 0, b); g.Stage != 1 || g.Held != 100 {
 		t.Errorf("%+v: want the 100 IDs in stage 1", g)
 	}
 }
@@ -607,9 +607,9 @@ func TestGrowthWaitRunsOut(t *testing.T) {
 func TestCheckCapacityCountsGrowth(t *testing.T) {
 	c := testenv.RedisClient(t, testenv.Redis(t))
 	f := growingFilter(t, c, testenv.Now(), 100_000, 1e-6, 64)
-	base := f.plan.Memory * uint64(f.LiveWindows())
-	grown, _ := f.plan.GrownMemory(64)
-	configSet(t, c, "maxmemory", fmt.Sprint(base+(grown-f.plan.Memory)/2))
+	base := f.own.plan.Memory * uint64(f.LiveWindows())
+	grown, _ := f.own.plan.GrownMemory(64)
+	configSet(t, c, "maxmemory", fmt.Sprint(base+(grown-f.own.plan.Memory)/2))
 	if err := f.CheckCapacity(t.Context()); !errors.Is(err, ErrGrowthMemory) {
 		t.Errorf("room for half the growth: %v", err)
 	}
@@ -656,7 +656,7 @@ func TestStageWordsMatchTheScript(t *testing.T) {
 			}
 			b := f.cfg.Window.Bucket(at)
 			for pt := range parts {
-				if n, err := c.Exists(t.Context(), f.PartKey(0, b, 1, pt)).Result(); err != nil || n != 1 {
+				if n, err := c.Exists(t.Context(), f.own.partKey(0, b, 1, pt)).Result(); err != nil || n != 1 {
 					t.Fatalf("part %d of stage 1: exists %d, %v", pt, n, err)
 				}
 			}
@@ -666,18 +666,18 @@ func TestStageWordsMatchTheScript(t *testing.T) {
 					t.Fatalf("%s: %v", id, v)
 				}
 			}
-			if g, _ := f.growth(t.Context(), 0, b); g.Stage != 1 || g.Held != int64(len(ids)) {
+			if g, _ := f.growth(t.Context(), f.own, 0, b); g.Stage != 1 || g.Held != int64(len(ids)) {
 				t.Fatalf("growth %+v: want the IDs in stage 1", g)
 			}
 			usedParts := map[int]bool{}
 			for _, id := range ids {
 				var loc location
-				f.locate([]byte(id), &loc)
-				if f.plan.Kind == KindFingerprint {
-					st := f.plan.Stages[1]
+				f.own.locate([]byte(id), &loc)
+				if f.own.plan.Kind == KindFingerprint {
+					st := f.own.plan.Stages[1]
 					pt, off := homeSlot(loc.u[0], st)
 					usedParts[pt] = true
-					run, err := c.GetRange(t.Context(), f.PartKey(loc.shard, b, 1, pt), int64(off), int64(off)+fpProbeLimit*int64(st.Bytes)-1).Bytes()
+					run, err := c.GetRange(t.Context(), f.own.partKey(loc.shard, b, 1, pt), int64(off), int64(off)+fpProbeLimit*int64(st.Bytes)-1).Bytes()
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -686,10 +686,10 @@ func TestStageWordsMatchTheScript(t *testing.T) {
 					}
 					continue
 				}
-				for j := 0; j < f.plan.Layout.Words; j++ {
-					pt, off := stageWord(loc.u[j], f.plan.Stages[1])
+				for j := 0; j < f.own.plan.Layout.Words; j++ {
+					pt, off := stageWord(loc.u[j], f.own.plan.Stages[1])
 					usedParts[pt] = true
-					v, err := c.BitField(t.Context(), f.PartKey(loc.shard, b, 1, pt), "GET", "u52", off).Result()
+					v, err := c.BitField(t.Context(), f.own.partKey(loc.shard, b, 1, pt), "GET", "u52", off).Result()
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -699,7 +699,7 @@ func TestStageWordsMatchTheScript(t *testing.T) {
 					}
 				}
 			}
-			if len(usedParts) != parts && f.plan.Kind == KindBloom {
+			if len(usedParts) != parts && f.own.plan.Kind == KindBloom {
 				t.Errorf("the IDs' words are in parts %v, want every one of %d", usedParts, parts)
 			}
 			if len(usedParts) == 0 {
@@ -731,7 +731,7 @@ func testGrowthNeighboursStages(t *testing.T, parts int) {
 	})
 	// 10,000 IDs in b0: stages 0 (500), 1 (1,500), 2 (6,000) and 3.
 	fillTo(t, f, b0, "n", 0, 10_000)
-	if g, _ := f.growth(t.Context(), 0, f.cfg.Window.Bucket(b0)); g.Stage < 2 {
+	if g, _ := f.growth(t.Context(), f.own, 0, f.cfg.Window.Bucket(b0)); g.Stage < 2 {
 		t.Fatalf("b0 grew to %+v, want stage 2 or later", g)
 	}
 	// Copies in b1 of IDs from every stage: b1 tests b0 as its previous.

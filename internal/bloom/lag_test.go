@@ -68,10 +68,10 @@ func TestLagBoundEdges(t *testing.T) {
 					t.Errorf("bucket %d expires at %d, want the deadline %d", oldest, got, end.Add(lag).Unix())
 				}
 				var loc location
-				f.locate([]byte("a"), &loc)
-				assertExpireTime(t, c, f.FilterKey(loc.shard, b), f.cfg.Window.ExpireAt(b))
+				f.own.locate([]byte("a"), &loc)
+				assertExpireTime(t, c, f.own.filterKey(loc.shard, b), f.cfg.Window.ExpireAt(b))
 				// The decision records outlive every filter key they guard.
-				rec, err := c.ExpireTime(t.Context(), f.RecordKey(loc.shard, "t", 0)).Result()
+				rec, err := c.ExpireTime(t.Context(), f.own.recordKey(loc.shard, "t", 0)).Result()
 				if err != nil || rec < time.Duration(f.cfg.Window.ExpireAt(b))*time.Second {
 					t.Errorf("record expires at %v (error %v), before the filter key at %d", rec, err, f.cfg.Window.ExpireAt(b))
 				}

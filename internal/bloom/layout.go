@@ -51,7 +51,7 @@ func reduce(x, n uint64) uint64 {
 	return hi
 }
 
-// locate computes the location of id. This mapping is stored in Redis for
+// locate computes the location of id under the plan. This mapping is stored in Redis for
 // as long as a window lives and is shared by replicas of different
 // versions: it must never change (golden tests pin it). A new mapping needs
 // a new layout version, which gives new key names.
@@ -62,24 +62,27 @@ func reduce(x, n uint64) uint64 {
 // outputs whose 16-bit pieces, reduced onto [0, 52), give distinct bit
 // positions; position i is value bit 51-i of the word, because BITFIELD
 // reads the first bit of a field as its most significant.
-func (f *Filter) locate(id []byte, loc *location) {
+func (w *windowPlan) locate(id []byte, loc *location) { locate(&w.plan, id, loc) }
+
+// locate is the location of id under plan p (see windowPlan.locate).
+func locate(p *Plan, id []byte, loc *location) {
 	h1, h2 := murmur3.Sum128(id)
-	if f.plan.Kind == KindFingerprint {
-		locateFingerprint(h1, h2, f.plan.Shards, loc)
+	if p.Kind == KindFingerprint {
+		locateFingerprint(h1, h2, p.Shards, loc)
 		return
 	}
-	loc.shard = int(reduce(h2, uint64(f.plan.Shards)))
-	nwords := f.plan.ShardBits / WordBits
+	loc.shard = int(reduce(h2, uint64(p.Shards)))
+	nwords := p.ShardBits / WordBits
 	s := h1
-	for j := 0; j < f.plan.Layout.Words; j++ {
+	for j := 0; j < p.Layout.Words; j++ {
 		out := splitmix64(&s)
 		loc.word[j] = reduce(out, nwords) * WordBits
 		loc.u[j] = float64(out>>11) * 0x1p-53
 		var mask uint64
 		set := 0
-		for set < f.plan.Layout.BitsPerWord {
+		for set < p.Layout.BitsPerWord {
 			r := splitmix64(&s)
-			for piece := 0; piece < 4 && set < f.plan.Layout.BitsPerWord; piece++ {
+			for piece := 0; piece < 4 && set < p.Layout.BitsPerWord; piece++ {
 				pos := (r >> (16 * piece) & 0xffff) * WordBits >> 16
 				bit := uint64(1) << (WordBits - 1 - pos)
 				if mask&bit == 0 {

@@ -24,7 +24,7 @@ func describe(loc location, words int) string {
 }
 
 func TestLocateGolden(t *testing.T) {
-	f := &Filter{plan: goldenPlan}
+	f := &Filter{own: &windowPlan{plan: goldenPlan}}
 	golden := map[string]string{
 		"":                                     "shard 0: 45932276/0000828/0080000 50485968/0100204/1000000 17020952/0098000/0100000 40120496/0003002/0800000",
 		"click-1":                              "shard 1: 35381476/0001100/2000400 50584144/0040000/0800c00 45726408/0003400/0000001 1354652/0000140/1010000",
@@ -35,14 +35,14 @@ func TestLocateGolden(t *testing.T) {
 	}
 	var loc location
 	for id, want := range golden {
-		f.locate([]byte(id), &loc)
+		f.own.locate([]byte(id), &loc)
 		if got := describe(loc, 4); got != want {
 			t.Errorf("locate(%.20q) =\n\t%s\nwant\n\t%s\nThe element-to-bits mapping changed: every live filter would be corrupted.", id, got, want)
 		}
 	}
 	// Another layout of the same version.
-	f = &Filter{plan: Plan{Shards: 1, ShardBits: 52 * 999_983, Layout: Layout{Words: 3, BitsPerWord: 5}}}
-	f.locate([]byte("click-1"), &loc)
+	f = &Filter{own: &windowPlan{plan: Plan{Shards: 1, ShardBits: 52 * 999_983, Layout: Layout{Words: 3, BitsPerWord: 5}}}}
+	f.own.locate([]byte("click-1"), &loc)
 	if got, want := describe(loc, 3), "shard 0: 35380800/0001100/2000420 41456272/000a400/0000060 1354600/0000140/1011000"; got != want {
 		t.Errorf("3x5 layout: %s, want %s", got, want)
 	}
@@ -50,11 +50,11 @@ func TestLocateGolden(t *testing.T) {
 
 // Every word holds exactly BitsPerWord bits and stays inside its shard.
 func TestLocateShape(t *testing.T) {
-	f := &Filter{plan: goldenPlan}
+	f := &Filter{own: &windowPlan{plan: goldenPlan}}
 	var loc location
 	shards := make([]int, goldenPlan.Shards)
 	for i := 0; i < 70_000; i++ {
-		f.locate([]byte(fmt.Sprint("id-", i)), &loc)
+		f.own.locate([]byte(fmt.Sprint("id-", i)), &loc)
 		shards[loc.shard]++
 		for j := 0; j < 4; j++ {
 			mask := uint64(loc.hi[j])<<26 | uint64(loc.lo[j])
@@ -98,7 +98,7 @@ func TestSetLayoutKeepsEarlierKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := Config{Plan: pl, Window: Window{Length: 10 * time.Minute, Mode: Rolling}, ReplayHorizon: DefaultReplayHorizon}
-		if got := layoutTag(cfg); got != tc.tag {
+		if got := layoutTag(cfg, pl); got != tc.tag {
 			t.Errorf("n=%d p=%g in %v: tag %s, want %s", tc.n, tc.p, tc.layout, got, tc.tag)
 		}
 		if auto, _ := NewPlan(tc.n, tc.p, PlanOptions{MaxGrowth: 1}); auto.Layout == tc.layout && tc.p < 1e-3 {

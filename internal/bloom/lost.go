@@ -74,6 +74,18 @@ func (w *lostWatch) forget(shard int, alive func(b int64) bool, keep func(b int6
 	return out
 }
 
+// shards is the shards to look at: those of own plan, and any shard a
+// window seen made has past them (a window of another plan).
+func (w *lostWatch) shards(own int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := own
+	for sb := range w.seen {
+		n = max(n, sb.shard+1)
+	}
+	return n
+}
+
 // windows lists the buckets of shard seen made.
 func (w *lostWatch) windows(shard int) []int64 {
 	w.mu.Lock()
@@ -94,9 +106,6 @@ func (w *lostWatch) windows(shard int) []int64 {
 func (f *Filter) alive(b int64) bool {
 	return time.Unix(f.cfg.Window.ExpireAt(b), 0).After(f.cfg.Now().Add(f.cfg.MaxClockSkew))
 }
-
-// MarkerKey is the key of a shard's marker (see lost.go).
-func (f *Filter) MarkerKey(shard int) string { return f.prefixes[shard] + ":m" }
 
 // markerTTL is how long a marker lives without a maintenance pass: as long
 // as the keys it vouches for, and at least an hour.
@@ -138,7 +147,7 @@ func (f *Filter) checkMarker(ctx context.Context, shard int, also []int64) []int
 // readMarker is checkMarker's call: it returns the windows the marker
 // says are lost.
 func (f *Filter) readMarker(ctx context.Context, shard int) ([]int64, error) {
-	key := f.MarkerKey(shard)
+	key := f.markerKey(shard)
 	cctx, cancel := f.callCtx(ctx)
 	defer cancel()
 	tok, err := f.client.Get(cctx, key).Result()
@@ -176,7 +185,7 @@ func (f *Filter) readMarker(ctx context.Context, shard int) ([]int64, error) {
 // still looked at.
 func (f *Filter) watchLost(ctx context.Context) error {
 	var errs []error
-	for s := range f.plan.Shards {
+	for s := range f.lost.shards(f.own.plan.Shards) {
 		lost, err := f.readMarker(ctx, s)
 		if err != nil {
 			errs = append(errs, err)
@@ -202,10 +211,18 @@ func (f *Filter) watchLost(ctx context.Context) error {
 func (f *Filter) missingWindows(ctx context.Context, shard int, bs []int64) ([]int64, error) {
 	cctx, cancel := f.callCtx(ctx)
 	defer cancel()
+	keys := make([]string, len(bs))
+	for i, b := range bs {
+		wp, err := f.planOf(ctx, b, false)
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = wp.filterKey(shard, b)
+	}
 	cmds := make([]*redis.IntCmd, len(bs))
 	_, err := f.client.Pipelined(cctx, func(p redis.Pipeliner) error {
-		for i, b := range bs {
-			cmds[i] = p.Exists(cctx, f.FilterKey(shard, b))
+		for i, k := range keys {
+			cmds[i] = p.Exists(cctx, k)
 		}
 		return nil
 	})
@@ -248,7 +265,7 @@ func (f *Filter) serverOf(ctx context.Context, shard int) string {
 	if cc, ok := f.client.(*redis.ClusterClient); ok {
 		cctx, cancel := f.callCtx(ctx)
 		defer cancel()
-		node, err := cc.MasterForKey(cctx, f.MarkerKey(shard))
+		node, err := cc.MasterForKey(cctx, f.markerKey(shard))
 		if err != nil {
 			return "unknown"
 		}

@@ -79,7 +79,7 @@ func TestBlockedFPRMatchesSimulation(t *testing.T) {
 	} {
 		const n = 100_000
 		plan := Plan{Shards: 1, ShardBits: uint64(c.bpe*n) / WordBits * WordBits, Layout: c.layout, Elements: n}
-		f := &Filter{plan: plan}
+		f := &Filter{own: &windowPlan{plan: plan}}
 		bm := make([]uint64, plan.ShardBits/64+1)
 		var loc location
 		rng := rand.New(rand.NewPCG(7, uint64(c.layout.Words)))
@@ -88,7 +88,7 @@ func TestBlockedFPRMatchesSimulation(t *testing.T) {
 			for i := range id {
 				id[i] = byte(rng.Uint32())
 			}
-			f.locate(id, &loc)
+			f.own.locate(id, &loc)
 			all := true
 			for j := 0; j < c.layout.Words; j++ {
 				mask := uint64(loc.hi[j])<<26 | uint64(loc.lo[j])

@@ -7,7 +7,9 @@ import (
 	"time"
 )
 
-// Preallocate makes the window of the bucket of t: every shard's stage 0,
+// Preallocate makes the window of the bucket of t, by the plan recorded
+// for it (this replica's own, recorded now, if none was): every shard's
+// stage 0,
 // whole, in one SET NX with its expiry each (makeStage), unless it exists.
 // Growing a string of hundreds of megabytes stalls Redis, and the script
 // never makes a key: made ahead of the bucket's first event, the window
@@ -17,8 +19,12 @@ import (
 // shard is tried: the failures are returned joined.
 func (f *Filter) Preallocate(ctx context.Context, t time.Time) error {
 	b := f.cfg.Window.Bucket(t)
+	wp, err := f.planOf(ctx, b, true)
+	if err != nil {
+		return err
+	}
 	var errs []error
-	for s := range f.plan.Shards {
+	for s := range wp.plan.Shards {
 		if _, err := f.makeStage(ctx, stageRef{bucket: b, shard: s}, byMaintenance); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

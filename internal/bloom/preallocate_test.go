@@ -28,10 +28,10 @@ func slowClient(t *testing.T, addr string, mibPerSecond int) *redis.Client {
 // exists at its full size with the bucket's expiry.
 func assertWindowMade(t *testing.T, c *redis.Client, f *Filter, b int64) {
 	t.Helper()
-	st0 := f.plan.Stages[0]
-	for s := range f.plan.Shards {
+	st0 := f.own.plan.Stages[0]
+	for s := range f.own.plan.Shards {
 		for pt := range st0.Parts {
-			key := f.PartKey(s, b, 0, pt)
+			key := f.own.partKey(s, b, 0, pt)
 			n, err := c.StrLen(t.Context(), key).Result()
 			if err != nil || uint64(n) != st0.partBytes() {
 				t.Errorf("%s: %d bytes (%v), want %d", key, n, err, st0.partBytes())
@@ -52,8 +52,8 @@ func TestPreallocateBoundedByTheMakeTimeout(t *testing.T) {
 	c := slowClient(t, srv.Addr, 16)
 	at := testenv.Now()
 	f := newFilter(t, c, at, 3_500_000, 1e-6, func(cfg *Config) { cfg.CallTimeout = 300 * time.Millisecond })
-	if size := f.plan.Stages[0].shardBytes(); size < 12<<20 || f.plan.Shards != 1 {
-		t.Fatalf("the plan makes %d shards of %d bytes: want one of about 16 MiB", f.plan.Shards, size)
+	if size := f.own.plan.Stages[0].shardBytes(); size < 12<<20 || f.own.plan.Shards != 1 {
+		t.Fatalf("the plan makes %d shards of %d bytes: want one of about 16 MiB", f.own.plan.Shards, size)
 	}
 	start := time.Now()
 	if err := f.Preallocate(t.Context(), at); err != nil {
@@ -66,12 +66,12 @@ func TestPreallocateBoundedByTheMakeTimeout(t *testing.T) {
 }
 
 // A shard that cannot be made (here its keys are outside the ACL of the
-// user the filter logs in as): preallocation makes every other shard, and
+// user the filter logs in as, the window's plan record within it): preallocation makes every other shard, and
 // its error names the one it could not make.
 func TestPreallocateTriesEveryShard(t *testing.T) {
 	srv := testenv.Redis(t)
 	admin := testenv.RedisClient(t, srv)
-	if err := admin.Do(t.Context(), "ACL", "SETUSER", "partial", "on", ">pw", "~dedupe:{test:[1-9]}*", "+@all").Err(); err != nil {
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "partial", "on", ">pw", "~dedupe:{test:[1-9]}*", "~dedupe:{test:plans}*", "+@all").Err(); err != nil {
 		t.Fatal(err)
 	}
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "partial", Password: "pw", ContextTimeoutEnabled: true})
@@ -87,8 +87,8 @@ func TestPreallocateTriesEveryShard(t *testing.T) {
 	if perr == nil || !strings.Contains(perr.Error(), "shard 0 ") || !strings.Contains(perr.Error(), "NOPERM") {
 		t.Fatalf("Preallocate with shard 0 out of reach: %v, want an error naming shard 0 and the refusal", perr)
 	}
-	for s := 1; s < f.plan.Shards; s++ {
-		n, err := admin.Exists(t.Context(), f.FilterKey(s, b)).Result()
+	for s := 1; s < f.own.plan.Shards; s++ {
+		n, err := admin.Exists(t.Context(), f.own.filterKey(s, b)).Result()
 		if err != nil || n != 1 {
 			t.Errorf("shard %d, within reach, was not made (%v)", s, err)
 		}
@@ -105,7 +105,7 @@ func TestPreallocateNotQueuedBehindGrowth(t *testing.T) {
 	at := testenv.Now()
 	f := growingFilter(t, c, at, 2_000_000, 1e-6, 64, func(cfg *Config) { cfg.CallTimeout = time.Second })
 	b := f.cfg.Window.Bucket(at)
-	if one, zero := f.plan.Stages[1].shardBytes(), keyBytes(f.plan.ShardBits); one < 3*zero || one < 16<<20 {
+	if one, zero := f.own.plan.Stages[1].shardBytes(), keyBytes(f.own.plan.ShardBits); one < 3*zero || one < 16<<20 {
 		t.Fatalf("stage 1 of %d bytes, stage 0 of %d: want a stage 1 that takes over a second over the link", one, zero)
 	}
 	// A call asked for stage 1 ahead of need: the maintenance's first
@@ -125,12 +125,12 @@ func TestPreallocateNotQueuedBehindGrowth(t *testing.T) {
 		}
 		return n == 1
 	}
-	testenv.Eventually(t, 30*time.Second, "the current window made", func() bool { return exists(f.FilterKey(0, b)) })
-	if exists(f.StageKey(0, b, 1)) {
+	testenv.Eventually(t, 30*time.Second, "the current window made", func() bool { return exists(f.own.filterKey(0, b)) })
+	if exists(f.own.stageKey(0, b, 1)) {
 		t.Fatal("stage 1 was made before the window: preallocation waited for the growth")
 	}
-	if !exists(f.StageKey(0, b, 1) + ":making") {
+	if !exists(f.own.stageKey(0, b, 1) + ":making") {
 		t.Fatal("stage 1 is not being made: the growth did not start")
 	}
-	testenv.Eventually(t, 30*time.Second, "stage 1 made", func() bool { return exists(f.StageKey(0, b, 1)) })
+	testenv.Eventually(t, 30*time.Second, "stage 1 made", func() bool { return exists(f.own.stageKey(0, b, 1)) })
 }

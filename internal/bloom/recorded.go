@@ -39,8 +39,9 @@ func (r Recorded) String() string {
 }
 
 // Recorded reads, without writing anything, what the decision records say
-// of each element's source: the lookup a replay of it would make. It reads
-// each (shard, topic, partition) record once. It is for verification and
+// of each element's source: the lookup a replay of it would make, in the
+// record of its window's plan and its shard there. It reads each record
+// once. It is for verification and
 // tooling, not the hot path.
 func (f *Filter) Recorded(ctx context.Context, elems []Element) ([]Recorded, error) {
 	records := map[shardPartition][]byte{}
@@ -48,12 +49,16 @@ func (f *Filter) Recorded(ctx context.Context, elems []Element) ([]Recorded, err
 	var loc location
 	for i := range elems {
 		e := &elems[i]
-		f.locate(e.ID, &loc)
-		k := shardPartition{loc.shard, e.Source.Topic, e.Source.Partition}
+		wp, err := f.planOf(ctx, f.cfg.Window.Bucket(e.Time), false)
+		if err != nil {
+			return nil, err
+		}
+		wp.locate(e.ID, &loc)
+		k := shardPartition{wp, loc.shard, e.Source.Topic, e.Source.Partition}
 		rec, ok := records[k]
 		if !ok {
 			cctx, cancel := f.callCtx(ctx)
-			b, err := f.client.Get(cctx, f.RecordKey(k.shard, k.topic, k.partition)).Bytes()
+			b, err := f.client.Get(cctx, wp.recordKey(k.shard, k.topic, k.partition)).Bytes()
 			cancel()
 			if err != nil && !errors.Is(err, redis.Nil) {
 				return nil, fmt.Errorf("%w: reading a decision record: %w", ErrRedis, err)

@@ -35,7 +35,7 @@ func TestRecordedMatchesVerdicts(t *testing.T) {
 	}
 	shardOf := func(e Element) int {
 		var loc location
-		f.locate(e.ID, &loc)
+		f.own.locate(e.ID, &loc)
 		return loc.shard
 	}
 	marks := map[rk]int64{}

@@ -33,7 +33,7 @@ func (f *Filter) runReplicated(ctx context.Context, shard int, sc scriptCall) (s
 	var conn pipeliner = f.client
 	cc, _ := f.client.(*redis.ClusterClient)
 	if cc != nil {
-		node, err := cc.MasterForKey(ctx, f.SyncKey(shard))
+		node, err := cc.MasterForKey(ctx, f.syncKey(shard))
 		if err != nil {
 			cc.ReloadState(ctx)
 			return "", fmt.Errorf("finding the master of shard %d: %w", shard, err)
@@ -75,7 +75,7 @@ func (f *Filter) evalAndWait(ctx context.Context, conn pipeliner, shard int, loa
 	} else {
 		script = testAndSetScript.EvalSha(ctx, pipe, sc.keys, sc.argv...)
 	}
-	mark := pipe.Set(ctx, f.SyncKey(shard), "1", syncTTL)
+	mark := pipe.Set(ctx, f.syncKey(shard), "1", syncTTL)
 	// Pipeliner lacks Wait; the command is built as cmdable.Wait builds it.
 	acks := redis.NewIntCmd(ctx, "wait", f.cfg.MinReplicas, wait.Milliseconds())
 	_ = pipe.Process(ctx, acks)
@@ -86,7 +86,7 @@ func (f *Filter) evalAndWait(ctx context.Context, conn pipeliner, shard int, loa
 	}
 	f.scriptCached[shard].Store(true)
 	if err := mark.Err(); err != nil {
-		return "", fmt.Errorf("writing %s: %w", f.SyncKey(shard), err)
+		return "", fmt.Errorf("writing %s: %w", f.syncKey(shard), err)
 	}
 	n, err := acks.Result()
 	if err != nil {

@@ -58,7 +58,7 @@ func TestCheckServerClusterFindsOneMaster(t *testing.T) {
 	if err := f.CheckServer(t.Context()); err != nil {
 		t.Fatalf("every master at noeviction: %v", err)
 	}
-	master, _, err := cl.Shard(t.Context(), f.FilterKey(0, 0))
+	master, _, err := cl.Shard(t.Context(), f.own.filterKey(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

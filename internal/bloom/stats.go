@@ -13,6 +13,10 @@ type ShardStats struct {
 	Start  time.Time // first instant of the bucket
 	Shard  int
 	Key    string
+	// Kind is the kind of the window's plan (a window keeps the plan it
+	// was made with); Keys the keys read, every part of every stage.
+	Kind   Kind
+	Keys   int
 	Exists bool
 	// Missing: the key is absent although its window is due to live (it
 	// has begun and not expired): lost (see Maintain), or made by no
@@ -49,8 +53,12 @@ func (f *Filter) Stats(ctx context.Context, t time.Time) ([]ShardStats, error) {
 	b := f.cfg.Window.Bucket(t)
 	var out []ShardStats
 	for _, bucket := range []int64{b, b - 1} {
-		for s := 0; s < f.plan.Shards; s++ {
-			st, err := f.shardStats(ctx, bucket, s)
+		wp, err := f.planOf(ctx, bucket, false)
+		if err != nil {
+			return nil, err
+		}
+		for s := 0; s < wp.plan.Shards; s++ {
+			st, err := f.shardStats(ctx, wp, bucket, s)
 			if err != nil {
 				return nil, err
 			}
@@ -60,9 +68,9 @@ func (f *Filter) Stats(ctx context.Context, t time.Time) ([]ShardStats, error) {
 	return out, nil
 }
 
-func (f *Filter) shardStats(ctx context.Context, bucket int64, shard int) (ShardStats, error) {
-	key := f.FilterKey(shard, bucket)
-	st := ShardStats{Bucket: bucket, Start: f.cfg.Window.Start(bucket), Shard: shard, Key: key, Bits: f.plan.ShardBits, Stages: 1}
+func (f *Filter) shardStats(ctx context.Context, wp *windowPlan, bucket int64, shard int) (ShardStats, error) {
+	key := wp.filterKey(shard, bucket)
+	st := ShardStats{Bucket: bucket, Start: f.cfg.Window.Start(bucket), Shard: shard, Key: key, Kind: wp.plan.Kind, Bits: wp.plan.ShardBits, Stages: 1}
 	cctx, cancel := f.callCtx(ctx)
 	defer cancel()
 	ttl, err := f.client.PTTL(cctx, key).Result()
@@ -77,19 +85,20 @@ func (f *Filter) shardStats(ctx context.Context, bucket int64, shard int) (Shard
 	}
 	f.lost.saw(shardBucket{shard, bucket})
 	g := Growth{}
-	if f.plan.counts() {
-		if g, err = f.growth(ctx, shard, bucket); err != nil {
+	if wp.plan.counts() {
+		if g, err = f.growth(ctx, wp, shard, bucket); err != nil {
 			return st, err
 		}
 	}
 	st.Stages, st.Overfilled, st.TestOnly = g.Stage+1, g.Overfilled, g.TestOnly
 	st.Bits = 0
-	for i := 0; i <= g.Stage && i < len(f.plan.Stages); i++ {
-		stage := f.plan.Stages[i]
+	for i := 0; i <= g.Stage && i < len(wp.plan.Stages); i++ {
+		stage := wp.plan.Stages[i]
 		var set, used int64
-		for _, sk := range f.stageKeys(shard, bucket, i) {
+		for _, sk := range wp.stageKeys(shard, bucket, i) {
+			st.Keys++
 			cctx, cancel := f.callCtx(ctx)
-			if f.plan.Kind == KindBloom {
+			if wp.plan.Kind == KindBloom {
 				c, err := f.client.BitCount(cctx, sk, nil).Result()
 				if err != nil {
 					cancel()
@@ -102,7 +111,7 @@ func (f *Filter) shardStats(ctx context.Context, bucket int64, shard int) (Shard
 			used += u
 		}
 		var fill, elems, fpr float64
-		if f.plan.Kind == KindFingerprint {
+		if wp.plan.Kind == KindFingerprint {
 			// Counted exactly: a full stage holds its capacity, the newest
 			// what its record says.
 			held := float64(stage.CapacityPerShard)
@@ -112,7 +121,7 @@ func (f *Filter) shardStats(ctx context.Context, bucket int64, shard int) (Shard
 			fill, elems = held/float64(stage.slots()), held
 			fpr = FingerprintFPR(stage.Bytes, fill)
 		} else {
-			fill, elems, fpr = f.estimate(uint64(set), stage.ShardBits)
+			fill, elems, fpr = estimate(wp.plan.Layout, uint64(set), stage.ShardBits)
 		}
 		st.Fill, st.Elements, st.FPR, st.Memory = fill, st.Elements+elems, st.FPR+fpr, st.Memory+used
 		st.BitsSet += uint64(set)
@@ -121,17 +130,17 @@ func (f *Filter) shardStats(ctx context.Context, bucket int64, shard int) (Shard
 	return st, nil
 }
 
-// estimate gives, for a key of m bits with set bits set, its fill, the
-// elements it holds, n* = -(m/k) ln(1 - X/m) (every element sets each bit
-// with probability k/m in this layout as in a classic filter, so the
-// classic estimate holds), and its false-positive rate at n* by the
-// layout's own formula.
-func (f *Filter) estimate(set, bits uint64) (fill, elements, fpr float64) {
+// estimate gives, for a Bloom key of m bits of layout l with set bits
+// set, its fill, the elements it holds, n* = -(m/k) ln(1 - X/m) (every
+// element sets each bit with probability k/m in this layout as in a
+// classic filter, so the classic estimate holds), and its false-positive
+// rate at n* by the layout's own formula.
+func estimate(l Layout, set, bits uint64) (fill, elements, fpr float64) {
 	m := float64(bits)
 	fill = float64(set) / m
-	elements = -(m / float64(f.plan.Layout.Hashes())) * math.Log1p(-fill)
+	elements = -(m / float64(l.Hashes())) * math.Log1p(-fill)
 	if elements > 0 {
-		fpr = BlockedFPR(m/elements, f.plan.Layout)
+		fpr = BlockedFPR(m/elements, l)
 	}
 	return fill, elements, fpr
 }

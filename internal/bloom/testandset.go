@@ -49,11 +49,11 @@ func (f *Filter) TestAndSet(ctx context.Context, elems []Element) ([]Verdict, er
 	}
 	b := getBatch()
 	defer putBatch(b)
-	if err := f.prepare(b, elems); err != nil {
+	if err := f.prepare(ctx, b, elems); err != nil {
 		return nil, err
 	}
 	out := make([]Verdict, len(elems))
-	if !f.cluster || f.plan.Shards == 1 {
+	if !f.cluster {
 		if err := f.run(ctx, b, b.order, out); err != nil {
 			return nil, err
 		}
@@ -83,11 +83,15 @@ func (f *Filter) TestAndSet(ctx context.Context, elems []Element) ([]Verdict, er
 	return out, nil
 }
 
-// prepare validates elems, places and hashes them, and sorts them into
-// call order: shard, topic, partition, offset.
-func (f *Filter) prepare(b *batch, elems []Element) error {
+// prepare validates elems, places them, finds their windows' plans and
+// locates them under each, and sorts them into call order: shard, plan,
+// topic, partition, offset.
+func (f *Filter) prepare(ctx context.Context, b *batch, elems []Element) error {
 	b.now = f.cfg.Now()
 	b.items = slices.Grow(b.items[:0], len(elems))[:len(elems)]
+	clear(b.sources)
+	// Every element is checked before any is placed: placing one may
+	// record its window's plan, and a batch refused writes nothing.
 	for i := range elems {
 		e := &elems[i]
 		if len(e.ID) == 0 {
@@ -99,12 +103,51 @@ func (f *Filter) prepare(b *batch, elems []Element) error {
 		if e.Source.Topic == "" || e.Source.Partition < 0 || e.Source.Offset < 0 || e.Source.Offset > MaxOffset {
 			return fmt.Errorf("%w: element %d has source %v, want a topic, a partition >= 0 and an offset from 0 to 2^52-1", ErrInvalidElement, i, e.Source)
 		}
+		if _, twice := b.sources[e.Source]; twice {
+			return fmt.Errorf("%w: source %v appears twice in the batch", ErrInvalidElement, e.Source)
+		}
+		b.sources[e.Source] = struct{}{}
+	}
+	for i := range elems {
+		e := &elems[i]
 		it := &b.items[i]
-		it.src, it.t = &e.Source, e.Time
-		it.at = f.cfg.Window.place(e.Time, b.now, f.cfg.MaxFutureSkew, f.cfg.MaxClockSkew)
-		f.locate(e.ID, &it.loc)
+		it.src, it.t, it.id = &e.Source, e.Time, e.ID
+		if err := f.place(ctx, it, b.now); err != nil {
+			return err
+		}
 	}
 	return b.sortForCall()
+}
+
+// place places an item by the clock now: its bucket and neighbours, the
+// plan of each window the test reads (making its record for the item's
+// own window when the item is tested), and its location under each plan.
+func (f *Filter) place(ctx context.Context, it *item, now time.Time) error {
+	it.at = f.cfg.Window.place(it.t, now, f.cfg.MaxFutureSkew, f.cfg.MaxClockSkew)
+	if it.wp == nil { // placed again (run): its window and shard stay
+		wp, err := f.planOf(ctx, it.at.bucket, it.at.tested())
+		if err != nil {
+			return err
+		}
+		it.wp = wp
+		wp.locate(it.id, &it.loc)
+	}
+	wp := it.wp
+	it.nbWP = [2]*windowPlan{}
+	for i, on := range [2]bool{it.at.prev, it.at.next} {
+		if !on || !it.at.tested() {
+			continue
+		}
+		nb, err := f.planOf(ctx, it.at.bucket-1+2*int64(i), false)
+		if err != nil {
+			return err
+		}
+		if nb != wp {
+			it.nbWP[i] = nb
+			nb.locate(it.id, &it.nb[i])
+		}
+	}
+	return nil
 }
 
 // run makes one script call for the items in order (sorted by shard,
@@ -151,7 +194,7 @@ func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) 
 			made := false
 			if !time.Now().Before(deadline) {
 				err = fmt.Errorf("%w: refused for stage %d of %s after %v", ErrGrowthWait, needs[0].stage,
-					f.FilterKey(needs[0].shard, needs[0].bucket), f.cfg.GrowthWait)
+					f.windowName(needs[0]), f.cfg.GrowthWait)
 			} else if made, err = f.awaitStages(ctx, needs, deadline); err == nil && !made {
 				err = pauseUntil(ctx, pause, deadline)
 				pause = min(2*pause, 100*time.Millisecond)
@@ -162,7 +205,9 @@ func (f *Filter) run(ctx context.Context, b *batch, order []int, out []Verdict) 
 				}
 				return fmt.Errorf("test-and-set of %d elements on shard %d: %w", len(order), shard, err)
 			}
-			f.replace(b, order)
+			if err := f.replace(ctx, b, order); err != nil {
+				return err
+			}
 			sc = f.encode(b, order)
 			continue
 		}
@@ -193,13 +238,16 @@ func pauseUntil(ctx context.Context, d time.Duration, deadline time.Time) error 
 	}
 }
 
-// replace places the items in order anew by the clock (see run).
-func (f *Filter) replace(b *batch, order []int) {
+// replace places the items in order anew by the clock (see run). An
+// item's own window stays where it was: its event time does.
+func (f *Filter) replace(ctx context.Context, b *batch, order []int) error {
 	b.now = f.cfg.Now()
 	for _, i := range order {
-		it := &b.items[i]
-		it.at = f.cfg.Window.place(it.t, b.now, f.cfg.MaxFutureSkew, f.cfg.MaxClockSkew)
+		if err := f.place(ctx, &b.items[i], b.now); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // call runs the script once for shard.

@@ -2,8 +2,6 @@ package demo
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,21 +28,14 @@ func redisFacts(ctx context.Context, rc redis.UniversalClient, f *bloom.Filter, 
 		if err != nil {
 			return err
 		}
-		for _, x := range st[:min(shards, len(st))] {
+		for _, x := range st {
+			if x.Bucket != b || !x.Exists {
+				continue // the bucket before, or expired already: a window shorter than the run
+			}
+			res.FilterKeyBytes += x.Memory
+			res.FilterKeys += x.Keys
 			for stage := range max(x.Stages, 1) {
-				plan := f.Plan().Stages[stage]
-				for pt := range plan.Parts {
-					n, err := rc.MemoryUsage(ctx, f.PartKey(x.Shard, b, stage, pt)).Result()
-					if errors.Is(err, redis.Nil) {
-						continue // expired already: a window shorter than the run
-					}
-					if err != nil {
-						return fmt.Errorf("MEMORY USAGE: %w", err)
-					}
-					res.FilterKeyBytes += n
-					res.FilterKeys++
-					res.PlannedKeyBytes += int64(plan.Memory) / int64(shards*plan.Parts)
-				}
+				res.PlannedKeyBytes += int64(f.Plan().Stages[stage].Memory) / int64(shards)
 			}
 		}
 	}
