@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/bloom"
@@ -150,7 +148,7 @@ func TestMaintenanceWithinTheWorkersACL(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			f.Maintain(ctx, bloom.NewGauges(prometheus.NewRegistry(), cfg.Pipeline), zap.NewNop())
+			f.Maintain(ctx)
 		}()
 		// The first pass makes the marker (the shard's key ending :m); the
 		// second keeps it alive.

@@ -53,10 +53,12 @@ func NewRedis(cfg config.Config) (redis.UniversalClient, error) {
 
 // NewFilter sizes and builds the pipeline's filter.
 func NewFilter(cfg config.Config, rc redis.UniversalClient) (*bloom.Filter, error) {
-	return newFilter(cfg, rc, time.Now)
+	return newFilter(cfg, rc, time.Now, nil, nil)
 }
 
-func newFilter(cfg config.Config, rc redis.UniversalClient, now func() time.Time) (*bloom.Filter, error) {
+// newFilter is NewFilter with the clock, and the gauges and the logger the
+// filter reports to (nil: none).
+func newFilter(cfg config.Config, rc redis.UniversalClient, now func() time.Time, g *bloom.Gauges, log *zap.Logger) (*bloom.Filter, error) {
 	opt, err := cfg.PlanOptions()
 	if err != nil {
 		return nil, err
@@ -76,6 +78,8 @@ func newFilter(cfg config.Config, rc redis.UniversalClient, now func() time.Time
 		CallTimeout: cfg.RedisTimeout,
 		MinReplicas: cfg.RedisMinReplicas,
 		Now:         now,
+		Gauges:      g,
+		Logger:      log,
 	})
 }
 
@@ -119,7 +123,10 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 		return err
 	}
 	defer rc.Close()
-	filter, err := newFilter(cfg, rc, now)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := consumer.NewMetrics(reg, cfg.Pipeline)
+	filter, err := newFilter(cfg, rc, now, bloom.NewGauges(reg, cfg.Pipeline), log)
 	if err != nil {
 		return err
 	}
@@ -134,11 +141,6 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 		zap.Int64("capacity_per_window", plan.Capacity()), zap.Int("live_windows", filter.LiveWindows()),
 		zap.Uint64("bytes_live", plan.Memory*uint64(filter.LiveWindows())), zap.Duration("max_lag", cfg.MaxLag),
 		zap.String("late_policy", cfg.LatePolicy), zap.String("key_tag", filter.Tag()))
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := consumer.NewMetrics(reg, cfg.Pipeline)
-	fg := bloom.NewGauges(reg, cfg.Pipeline)
 
 	src, err := cfg.IDSource()
 	if err != nil {
@@ -217,7 +219,7 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 	maintDone := make(chan struct{})
 	go func() {
 		defer close(maintDone)
-		filter.Maintain(mctx, fg, log)
+		filter.Maintain(mctx)
 	}()
 
 	runErr := w.Run(ctx)

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 )
 
 // Defaults of Config, each applied when its field is zero.
@@ -78,6 +81,12 @@ type Config struct {
 	// for each of its keys on the shard in turn). Default: the make
 	// time-out of the largest stage on a shard, what making one may take.
 	GrowthWait time.Duration
+	// Gauges receive the filter's figures (made with NewGauges), and Logger
+	// its messages: the stages and windows a batch makes, the waits for
+	// them, lost keys, and everything Maintain does. Default: figures kept
+	// in gauges registered nowhere, messages dropped.
+	Gauges *Gauges
+	Logger *zap.Logger
 	// Now is the clock: every decision that depends on the present (Late,
 	// Future, the records' expiry) reads it, and so does the maintenance
 	// through Filter.Now. Tests inject one close to the real clock: Redis
@@ -107,6 +116,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Gauges == nil {
+		c.Gauges = NewGauges(prometheus.NewRegistry(), c.Pipeline)
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
 	}
 	if c.GrowthWait == 0 {
 		for _, st := range c.Plan.Stages {

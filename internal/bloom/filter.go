@@ -81,6 +81,8 @@ func New(client redis.UniversalClient, cfg Config) (*Filter, error) {
 	f.scriptCached = make([]atomic.Bool, MaxShards)
 	f.growWanted = make(chan struct{}, 1)
 	f.pending = map[stageRef]struct{}{}
+	f.obs.Store(&reporter{g: cfg.Gauges, log: cfg.Logger})
+	cfg.Gauges.maxLag.Set(cfg.Window.MaxLag.Seconds())
 	return f, nil
 }
 

@@ -119,15 +119,13 @@ const (
 // step and tried again at the next pass; nothing ends the loops but ctx. It
 // warns once per window and shard that overfills or only tests, and logs
 // an error once when a master's policy turns to one that evicts and once
-// more when it is back to noeviction. From its start the filter's own
-// figures go to g and log too: the stages and windows a batch made, the
-// batches' waits for stages and the calls refused for them, the windows
-// found lost.
-func (f *Filter) Maintain(ctx context.Context, g *Gauges, log *zap.Logger) {
-	f.maintain(ctx, g, log, growEvery, slowEvery)
+// more when it is back to noeviction. Its figures and messages go to
+// Config.Gauges and Config.Logger, as the filter's own do.
+func (f *Filter) Maintain(ctx context.Context) {
+	f.maintain(ctx, f.cfg.Gauges, f.cfg.Logger, growEvery, slowEvery)
 }
 
-// maintain is Maintain with its intervals.
+// maintain is Maintain with its intervals, and its gauges and logger.
 func (f *Filter) maintain(ctx context.Context, g *Gauges, log *zap.Logger, growEvery, slowEvery time.Duration) {
 	g.maxLag.Set(f.cfg.Window.MaxLag.Seconds())
 	f.obs.Store(&reporter{g: g, log: log})
