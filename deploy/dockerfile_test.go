@@ -355,8 +355,8 @@ func embeddedFiles(t *testing.T) []string {
 	}
 	// internal/bloom embeds its Lua script: a scan that misses it (or
 	// finds nothing) would leave the embedded files unchecked.
-	if !slices.Contains(files, "internal/bloom/testandset.lua") {
-		t.Fatalf("//go:embed files %v: internal/bloom/testandset.lua not found", files)
+	if !slices.Contains(files, "internal/bloom/lua/testandset.lua") {
+		t.Fatalf("//go:embed files %v: internal/bloom/lua/testandset.lua not found", files)
 	}
 	return files
 }
