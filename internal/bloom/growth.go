@@ -92,7 +92,8 @@ const (
 
 // makeStage makes one shard's stage of a bucket: each of its parts, in
 // order (makePart). The stage is made once every part is: it is busy while
-// another maker holds a part's lock, and made when this call made a part.
+// another maker holds a part's lock, and made when this call made a part
+// (and counted as made by this replica when that part is part 0).
 // Stage 0 is the window itself: a stage 0 made where this replica had seen
 // it made before is a window whose keys were lost (noteRemade).
 func (f *Filter) makeStage(ctx context.Context, r stageRef, by maker) (makeResult, error) {
@@ -101,7 +102,10 @@ func (f *Filter) makeStage(ctx context.Context, r stageRef, by maker) (makeResul
 	if err != nil {
 		return 0, err
 	}
-	res, made := stageExists, 0
+	// A stage of several parts may be made by several makers together, a
+	// part each: it counts as made by the maker of its part 0, so that
+	// the replicas' counts add up to the stages made.
+	res, first, made := stageExists, stageExists, 0
 	for pt := range wp.plan.Stages[r.stage].Parts {
 		got, err := f.makePart(ctx, wp, r, pt)
 		if err != nil {
@@ -110,15 +114,18 @@ func (f *Filter) makeStage(ctx context.Context, r stageRef, by maker) (makeResul
 		if got == stageMade {
 			made++
 		}
+		if pt == 0 {
+			first = got
+		}
 		res = max(res, got)
 	}
 	sb := shardBucket{r.shard, r.bucket}
 	switch {
-	case r.stage == 0 && res == stageMade:
+	case r.stage == 0 && first == stageMade:
 		f.windowMade(ctx, sb, by, time.Since(start))
 	case r.stage == 0 && res == stageExists:
 		f.lost.saw(sb)
-	case res == stageMade:
+	case first == stageMade:
 		f.stats.made.Add(1)
 		if o := f.obs.Load(); o != nil {
 			o.g.grown.Inc()

@@ -553,6 +553,68 @@ func TestGrowthReplicasWaitForOneStage(t *testing.T) {
 	assertAllKeysExpire(t, c)
 }
 
+// A stage in several keys may be made by several replicas at once, a part
+// each, every one of them finding another's lock on some part: it counts
+// as made by the replica that made its part 0, once, so the replicas'
+// counts add up to the stages made (a count taken only by a maker that
+// met no lock missed the stages whose every maker met one).
+func TestStageInPartsCountedOnce(t *testing.T) {
+	srv := testenv.Redis(t)
+	at := testenv.Now()
+	const replicas, parts = 4, 5
+	var fs []*Filter
+	for range replicas {
+		fs = append(fs, growingFilter(t, testenv.RedisClient(t, srv), at, 1000, 1e-6, 64, func(cfg *Config) {
+			cfg.Pipeline, cfg.Plan = "parts", inParts(cfg.Plan, parts)
+		}))
+	}
+	c := testenv.RedisClient(t, srv)
+	b0 := fs[0].cfg.Window.Bucket(at)
+	var busy int
+	// Every stage after the first, of two windows.
+	var refs []stageRef
+	for st := 1; st < len(fs[0].own.plan.Stages); st++ {
+		refs = append(refs, stageRef{bucket: b0, stage: st}, stageRef{bucket: b0 + 1, stage: st})
+	}
+	for _, r := range refs {
+		res := make([]makeResult, replicas)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for j, f := range fs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				var err error
+				if res[j], err = f.makeStage(context.Background(), r, byBatch); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for _, x := range res {
+			if x == stageBusy {
+				busy++
+			}
+		}
+		for pt := range parts {
+			if n, err := c.Exists(t.Context(), fs[0].own.partKey(0, r.bucket, r.stage, pt)).Result(); err != nil || n != 1 {
+				t.Fatalf("%+v: part %d exists %d (%v) after every maker returned", r, pt, n, err)
+			}
+		}
+	}
+	made := 0
+	for _, f := range fs {
+		made += int(f.GrowthStats().Made)
+	}
+	stages := len(refs)
+	if stages == 0 || made != stages {
+		t.Errorf("%d stages made by %d replicas together, counted %d times", stages, replicas, made)
+	}
+	t.Logf("%d stages of %d parts made by %d replicas at once: counted %d times, %d makers met another's lock", stages, parts, replicas, made, busy)
+}
+
 // A wait for a stage is bounded: while another maker holds the stage's
 // lock past Config.GrowthWait, the call fails with ErrGrowthWait, counted
 // as a failed wait, and decides nothing: made again, the IDs are first
