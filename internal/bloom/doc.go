@@ -289,6 +289,22 @@
 // before the loss is ReplayUnknown and forwarded, never read as a drop
 // from the new record's empty ring.
 //
+// # Plans
+//
+// A window keeps the plan it was made with (windowplan.go): the first
+// replica to make a bucket's window (its maintenance ahead of the
+// bucket, or a batch that needs it) records its plan in a small key beside
+// it, with the window's expiry, and every replica locates an element, makes
+// stages, and keeps decision records for that window by the plan
+// recorded. A change of plan (n, p, the growth cap, the kind, a new
+// version's planner) takes effect with the next window made; a call reads
+// each bucket by its own plan (argPlans lists every plan a call reads).
+// An event not tested (Late, Future) is recorded by its window's plan if
+// one is known, else by the replica's own. Limits: on a Cluster, a
+// neighbour window of another shard count is in other slots and is not
+// read; a window whose record was lost (see Lost keys) is read by each
+// replica's own plan until the next window.
+//
 // # Shards and Redis Cluster
 //
 // A window larger than one Redis string (2^32 bits), or split on request

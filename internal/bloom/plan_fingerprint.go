@@ -56,6 +56,10 @@ const (
 	fpMaxParts = 64
 )
 
+// FingerprintMaxLoad is the highest load a fingerprint stage is planned
+// to reach at its capacity (fpMaxLoad).
+const FingerprintMaxLoad = fpMaxLoad
+
 // FingerprintFPR is the rate of a table of b-byte fingerprints at load
 // (used slots over all slots), by the formula above.
 func FingerprintFPR(b int, load float64) float64 {

@@ -44,6 +44,7 @@ local function fpOverlay(k, a, len, s)
 	local hits
 	for c = floor(a / CB), floor((a + len - 1) / CB) do
 		local l = kc[c]
+		if type(l) == 'number' then l = { l } end
 		if l then
 			for _, pos in ipairs(l) do
 				if pos >= a and pos < a + len then
@@ -127,6 +128,27 @@ local function fpFind(d, loc, at)
 	return false, nil, nil, f
 end
 
+-- fpRun is fpFind's first read in stage 0 (width w, empty pattern zero)
+-- of key k from the home at byte a, whose bounds the call sent as text
+-- (from, to), for fingerprint f: the common case, with nothing made anew.
+-- Its answers are fpFind's; past the first read it hands over to fpFind
+-- (d, loc, at).
+local function fpRun(k, a, from, to, f, w, zero, d, loc, at)
+	local len = fpFirstRead * w
+	local s = call('GETRANGE', KEYS[k], from, to)
+	if #s < len then s = s .. string.rep('\0', len - #s) end
+	local kc = chunks[k]
+	if kc and (kc[floor(a / CB)] or kc[floor((a + len - 1) / CB)]) then s = fpOverlay(k, a, len, s) end
+	local e = find(s, zero, 1, true)
+	while e and (e - 1) % w ~= 0 do e = find(s, zero, e + 1, true) end
+	local m = find(s, f, 1, true)
+	while m and (m - 1) % w ~= 0 do m = find(s, f, m + 1, true) end
+	if m and (e == nil or m < e) then return true end
+	if e == 1 then return false, k, a, f, from end
+	if e then return false, k, a + e - 1, f end
+	return fpFind(d, loc, at) -- a run longer than the first read
+end
+
 -- fpTestBucket tests the candidates against every stage of bucket ref,
 -- newest first, and returns those it did not hold.
 local function fpTestBucket(ref, xs, n, hit)
@@ -155,24 +177,29 @@ end
 
 -- fpStore notes fingerprint f for byte offset pos of key k (text: pos as
 -- decimal text, when the call sent it), to be written at the end of the
--- call and seen by the reads before.
-local texts = {} -- key index -> { byte offset -> its text }
+-- call and seen by the reads before: in pend and chunks (a chunk's first
+-- write as its offset, a table once it has more), and in the list of
+-- writes.
+local wk, wpos, wf, wn = {}, {}, {}, 0
 local function fpStore(k, pos, f, expiry, text)
 	local pk = pend[k]
 	if pk == nil then
 		pk = {}
-		pend[k], chunks[k], texts[k] = pk, {}, {}
+		pend[k], chunks[k] = pk, {}
 		written[k] = expiry
 	end
 	pk[pos] = f
-	if text then texts[k][pos] = text end
-	local c = floor(pos / CB)
-	local l = chunks[k][c]
+	wn = wn + 1
+	wk[wn], wpos[wn], wf[wn] = k, text or pos, f
+	local kc, c = chunks[k], floor(pos / CB)
+	local l = kc[c]
 	if l == nil then
-		l = {}
-		chunks[k][c] = l
+		kc[c] = pos
+	elseif type(l) == 'number' then
+		kc[c] = { l, pos }
+	else
+		l[#l + 1] = pos
 	end
-	l[#l + 1] = pos
 end
 
 -- fpDecide decides the fresh elements xs[1..n] of bucket ref (plan P), in
@@ -203,11 +230,16 @@ local function fpDecide(P, ref, prevRef, nextRef, expiry, xs, n, testOther)
 	end
 	-- Each neighbour stage, described, with where the elements are under
 	-- its plan.
-	local nbDesc, nbLoc = {}, {}
+	local nbDesc, nbLoc, nbSame = {}, {}, {}
 	for j = 1, nbn do
 		local O = planOf(nbRef[j])
 		nbDesc[j], nbLoc[j] = fpStage(O, nbRef[j], nbSt[j]), O.loc
+		-- Stage 0 of the same plan: the element's first read there is its
+		-- own stage 0's, in another bucket's keys.
+		nbSame[j] = O == P and nbSt[j] == 0
 	end
+	local w0 = P.width[0]
+	local zero0 = ZERO[w0]
 	local one, seen = {}, {} -- a candidate at a time for testOther, and what it marks
 	local loc = P.loc
 	local dk, d0 -- the newest stage, described
@@ -216,14 +248,38 @@ local function fpDecide(P, ref, prevRef, nextRef, expiry, xs, n, testOther)
 		local at = (x - 1) * fpLocationBytes + 1
 		local k0 = gs.k
 		if k0 ~= dk then dk, d0 = k0, fpStage(P, ref, k0) end
-		local found, key, pos, f, text = fpFind(d0, loc, at)
+		-- Stage 0's first read: its part, home and bounds as sent, and the
+		-- fingerprint, taken once for every stage 0 of this plan the
+		-- element is looked up in (its own and, usually, its neighbours').
+		local part, home, l1 = unpackStruct('>I2I4B', loc, at + fpLocPart)
+		local from = sub(loc, at + fpLocFrom + 1, at + fpLocFrom + l1)
+		local l2 = unpackStruct('B', loc, at + fpLocTo)
+		local to = sub(loc, at + fpLocTo + 1, at + fpLocTo + l2)
+		local f0 = sub(loc, at + fpLocFingerprint, at + fpLocFingerprint + w0 - 1)
+		if f0 == zero0 then f0 = ONE[w0] end
+		local found, key, pos, f, text
+		if k0 == 0 then
+			found, key, pos, f, text = fpRun(d0.base + part, home, from, to, f0, w0, zero0, d0, loc, at)
+		else
+			found, key, pos, f, text = fpFind(d0, loc, at)
+		end
 		for st = k0 - 1, 0, -1 do
 			if found then break end
-			found = fpFind(fpStage(P, ref, st), loc, at)
+			if st == 0 then
+				local d = fpStage(P, ref, 0)
+				found = fpRun(d.base + part, home, from, to, f0, w0, zero0, d, loc, at)
+			else
+				found = fpFind(fpStage(P, ref, st), loc, at)
+			end
 		end
 		for j = 1, nbn do
 			if found then break end
-			found = fpFind(nbDesc[j], nbLoc[j], at)
+			local d = nbDesc[j]
+			if nbSame[j] then
+				found = fpRun(d.base + part, home, from, to, f0, w0, zero0, d, loc, at)
+			else
+				found = fpFind(d, nbLoc[j], at)
+			end
 		end
 		for j = 1, #others do
 			if found then break end
@@ -235,7 +291,13 @@ local function fpDecide(P, ref, prevRef, nextRef, expiry, xs, n, testOther)
 			verdict[x] = 'D'
 		else
 			verdict[x] = 'N'
-			local a = admit(ref, gs, P)
+			local a
+			if gs.madeK == gs.k and gs.n < P.cap[gs.k] then -- admit's common case, inline
+				gs.n, gs.a, gs.dirty = gs.n + 1, gs.a + 1, true
+				a = 'insert'
+			else
+				a = admit(ref, gs, P)
+			end
 			if a == 'refuse' then return true end
 			if a == 'insert' and gs.k == k0 and key == nil then
 				-- Full for x: the stage counts as full, as at its capacity.
@@ -260,10 +322,7 @@ end
 
 -- fpWrite writes the slots this call stored, one SETRANGE each.
 local function fpWrite()
-	for k, pk in pairs(pend) do
-		local kt = texts[k]
-		for pos, f in pairs(pk) do
-			call('SETRANGE', KEYS[k], kt[pos] or pos, f)
-		end
+	for i = 1, wn do
+		call('SETRANGE', KEYS[wk[i]], wpos[i], wf[i])
 	end
 end
