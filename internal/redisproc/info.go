@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -58,4 +59,32 @@ func CPUSeconds(ctx context.Context, c *redis.Client) (float64, error) {
 		tot += f
 	}
 	return tot, nil
+}
+
+// CommandMicros is the time the server behind c has spent in each command
+// (INFO commandstats: usec, by command name in lower case), commands run
+// by scripts included: a script's own entry (evalsha, eval) counts the
+// commands it ran as well.
+func CommandMicros(ctx context.Context, c redis.UniversalClient) (map[string]int64, error) {
+	fields, err := info(ctx, c, "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for k, v := range fields {
+		name, ok := strings.CutPrefix(k, "cmdstat_")
+		if !ok {
+			continue
+		}
+		for kv := range strings.SplitSeq(v, ",") {
+			if us, ok := strings.CutPrefix(kv, "usec="); ok {
+				n, err := strconv.ParseInt(us, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("INFO commandstats: %s: %w", k, err)
+				}
+				out[name] = n
+			}
+		}
+	}
+	return out, nil
 }

@@ -13,7 +13,8 @@ import (
 
 // The INFO readers give what the server reports: a field of a section, an
 // error naming a field it lacks, used memory that grows by a 1 MiB value,
-// and the CPU time the server has spent.
+// the CPU time the server has spent, and the time by command, a script's
+// commands both under their own names and in the script's.
 func TestInfo(t *testing.T) {
 	s := testenv.Redis(t)
 	c := testenv.RedisClient(t, s)
@@ -45,5 +46,18 @@ func TestInfo(t *testing.T) {
 
 	if cpu, err := redisproc.CPUSeconds(ctx, c); err != nil || cpu <= 0 {
 		t.Errorf("CPUSeconds = %v, %v; want a time above 0", cpu, err)
+	}
+
+	// 20,000 SETRANGE calls from one script: time under setrange, and at
+	// least as much under eval.
+	if err := c.Eval(ctx, "for i = 1, 20000 do redis.call('SETRANGE', KEYS[1], i, 'x') end", []string{"r"}).Err(); err != nil && err.Error() != "redis: nil" {
+		t.Fatal(err)
+	}
+	us, err := redisproc.CommandMicros(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if us["setrange"] <= 0 || us["eval"] < us["setrange"] {
+		t.Errorf("after a script of 20,000 SETRANGE calls: %d us in setrange and %d in eval; want some, and eval's at least as much", us["setrange"], us["eval"])
 	}
 }
