@@ -240,6 +240,12 @@ local function fpDecide(P, ref, prevRef, nextRef, expiry, xs, n, testOther)
 	end
 	local w0 = P.width[0]
 	local zero0 = ZERO[w0]
+	-- An element's fingerprint, part, home and first byte as text, in one
+	-- unpack: the fingerprint's bytes, padding to fpLocPart, then the part,
+	-- the home, and the text's length byte and text (protocol.go lays
+	-- fpLocPart, fpLocHome and fpLocFrom out one after another; the
+	-- bound's text, at fpLocTo, is a second unpack).
+	local head0 = '>c' .. w0 .. string.rep('x', fpLocPart - fpLocFingerprint - w0) .. 'I2I4Bc0'
 	local one, seen = {}, {} -- a candidate at a time for testOther, and what it marks
 	local loc = P.loc
 	local dk, d0 -- the newest stage, described
@@ -251,11 +257,8 @@ local function fpDecide(P, ref, prevRef, nextRef, expiry, xs, n, testOther)
 		-- Stage 0's first read: its part, home and bounds as sent, and the
 		-- fingerprint, taken once for every stage 0 of this plan the
 		-- element is looked up in (its own and, usually, its neighbours').
-		local part, home, l1 = unpackStruct('>I2I4B', loc, at + fpLocPart)
-		local from = sub(loc, at + fpLocFrom + 1, at + fpLocFrom + l1)
-		local l2 = unpackStruct('B', loc, at + fpLocTo)
-		local to = sub(loc, at + fpLocTo + 1, at + fpLocTo + l2)
-		local f0 = sub(loc, at + fpLocFingerprint, at + fpLocFingerprint + w0 - 1)
+		local f0, part, home, from = unpackStruct(head0, loc, at + fpLocFingerprint)
+		local to = unpackStruct('Bc0', loc, at + fpLocTo)
 		if f0 == zero0 then f0 = ONE[w0] end
 		local found, key, pos, f, text
 		if k0 == 0 then
