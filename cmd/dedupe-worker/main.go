@@ -121,6 +121,8 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	factor := fs.Float64("memory-factor", envOr("MEMORY_FACTOR", d.MemoryFactor, parseFloat), "most memory per ID, as a multiple of a classic filter's at stage 0's rate, within which the planner takes the fewest words, then the fewest shards")
 	layout := fs.String("layout", envOr("LAYOUT", d.Layout, parseString), "words x bits per word (4x4) instead of the planner's choice")
 	redisTimeout := fs.Duration("redis-timeout", envOr("REDIS_TIMEOUT", d.RedisTimeout, time.ParseDuration), "bound of one Redis call: with the size, how long before a window starts its keys are made")
+	filter := fs.String("filter", envOr("FILTER", d.Filter, parseString), "the filter kind: bloom or fingerprint (DEDUPE_FILTER)")
+	rate := fs.Float64("rate", 0, "events per second: with it, the Redis cores and masters each kind needs at that rate")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -136,6 +138,15 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	m, err := bloom.ParseMode(*mode)
 	if err != nil {
 		fmt.Fprintln(stderr, "dedupe-worker plan:", err)
+		return 2
+	}
+	kind, err := bloom.ParseKind(*filter)
+	if err != nil {
+		fmt.Fprintln(stderr, "dedupe-worker plan:", err)
+		return 2
+	}
+	if kind != bloom.KindBloom && *layout != "" {
+		fmt.Fprintln(stderr, "dedupe-worker plan: -layout is a Bloom filter's words and bits; not for -filter", kind)
 		return 2
 	}
 	ids, err := idLine()
@@ -156,7 +167,7 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "n per window\twindow\ttarget p\tlayout\tshards\tbits/ID\tclassic bits/ID (k)\tMiB per window\twindows live\tMiB live\tachieved p")
 	live := 0
-	opt := bloom.PlanOptions{MinShards: *shards, MaxGrowth: *growth, MemoryFactor: *factor, Layout: pinned}
+	opt := bloom.PlanOptions{MinShards: *shards, MaxGrowth: *growth, MemoryFactor: *factor, Layout: pinned, Kind: kind}
 	var asked bloom.Plan // the plan at -p, the first row
 	for _, target := range []float64{*p, 1e-2, 1e-4, 1e-6, 1e-9} {
 		pl, err := bloom.NewPlan(*n, target, opt)
@@ -169,14 +180,21 @@ func plan(args []string, stdout, stderr io.Writer) int {
 			live, asked = rowLive, pl
 			fmt.Fprintf(stdout, "%s windows of %v with a lag bound of %v: at most %d windows of keys live at once at p = %g (the next window's keys are made %v before it starts; an event stamped ahead of the clock is deduplicated if its window starts within that lead, else it is future)\n",
 				*mode, *window, *maxLag, live, target, lead.Round(time.Second))
-			if *layout != "" {
+			switch {
+			case kind == bloom.KindFingerprint:
+				fmt.Fprintf(stdout, "filter: fingerprint (-filter, DEDUPE_FILTER): tables of fingerprints of B bytes, the least memory whose rate holds at a load of at most %g; fpBxK is B-byte fingerprints in K keys per shard\n", bloom.FingerprintMaxLoad)
+			case *layout != "":
 				fmt.Fprintf(stdout, "layout: %s, as set (-layout, DEDUPE_LAYOUT): W words of B bits per ID\n", *layout)
-			} else {
+			default:
 				fmt.Fprintf(stdout, "layout: the fewest words per ID (each a Redis read, and a write for a new ID), then the fewest shards (each a script call per batch), whose window takes at most %gx the memory of a classic filter at stage 0's rate (-memory-factor, DEDUPE_MEMORY_FACTOR); WxB is W words of B bits\n", *factor)
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%v\t%g\t%dx%d\t%d\t%.1f\t%.1f (%d)\t%.0f\t%d\t%.0f\t%.2g\n", *n, *window, target,
-			pl.Layout.Words, pl.Layout.BitsPerWord, pl.Shards, pl.BitsPerElement(),
+		shape := pl.Layout.String()
+		if pl.Kind == bloom.KindFingerprint {
+			shape = fmt.Sprintf("fp%dx%d", pl.Stages[0].Bytes, pl.Stages[0].Parts)
+		}
+		fmt.Fprintf(tw, "%d\t%v\t%g\t%s\t%d\t%.1f\t%.1f (%d)\t%.0f\t%d\t%.0f\t%.2g\n", *n, *window, target,
+			shape, pl.Shards, pl.BitsPerElement(),
 			float64(pl.Standard.Bits)/float64(*n), pl.Standard.Hashes,
 			float64(pl.Memory)/(1<<20), rowLive, float64(pl.Memory)*float64(rowLive)/(1<<20), pl.AchievedFPR)
 		if target == *p && len(args) > 0 {
@@ -184,6 +202,10 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	tw.Flush()
+	if err := compareKinds(stdout, *n, *p, opt, win, *redisTimeout, *rate); err != nil {
+		fmt.Fprintln(stderr, "dedupe-worker plan:", err)
+		return 2
+	}
 	pl := asked
 	if !pl.Growth() {
 		return 0
@@ -195,7 +217,7 @@ func plan(args []string, stdout, stderr io.Writer) int {
 			bloom.MaxShards, float64(pl.Capacity())/float64(*n), *growth)
 	}
 	tw = tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "load\tIDs per window\tstages\tkeys per shard of the newest\tMiB per window\tMiB live\tbound on p\tRedis reads+writes per new ID")
+	fmt.Fprintln(tw, "load\tIDs per window\tstages\tkeys per shard of the newest\tMiB per window\tMiB live\tbound on p\tRedis reads+writes per new ID (BITFIELD sub-ops, or GETRANGE/SETRANGE calls)")
 	for _, load := range []float64{1, 4, 16, 64} {
 		mem, k := pl.GrownMemory(load)
 		// The newest stage is read whole and written, each older stage
@@ -204,6 +226,13 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		ops := 2*pl.Layout.Words + k - 1
 		if m == bloom.Rolling {
 			ops += k
+		}
+		if pl.Kind == bloom.KindFingerprint {
+			// A read of each stage, of the bucket before's too, and a write.
+			ops = k + 1
+			if m == bloom.Rolling {
+				ops += k
+			}
 		}
 		fmt.Fprintf(tw, "%gx\t%d\t%d\t%d\t%.0f\t%.0f\t%.2g\t%d\n", load, int64(load*float64(*n)), k, pl.Stages[k-1].Parts, float64(mem)/(1<<20),
 			float64(mem)*float64(live)/(1<<20), pl.GrownFPR(load), ops)

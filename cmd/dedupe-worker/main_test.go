@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"dedupe-worker/internal/app"
+	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/consumer"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/syncbuf"
@@ -316,5 +319,67 @@ func TestBinaryRefusesEvictingPolicy(t *testing.T) {
 	if strings.Count(msg, "\n") != 0 || !strings.Contains(msg, "exiting") || !strings.Contains(msg, srv.Addr+" has maxmemory-policy volatile-lru") ||
 		!strings.Contains(msg, "set maxmemory-policy noeviction") {
 		t.Fatalf("stderr %q: want one line naming the server, the policy and the setting", msg)
+	}
+}
+
+// plan compares the kinds for the same n, p and window: each kind's
+// memory, its Redis work and its measured Redis CPU per ID (naming the
+// server it was measured on), and with -rate the cores and masters each
+// needs; it says which it recommends. The figures are the benchmarks'
+// (kinds.go), each measured, none left at zero.
+func TestPlanComparesKinds(t *testing.T) {
+	for _, m := range measured {
+		if m.us <= 0 || m.setnx <= 0 || m.server == "" {
+			t.Errorf("measured figure %+v: no measurement", m)
+		}
+	}
+	var out, errb bytes.Buffer
+	const rate = 200_000
+	if code := run([]string{"plan", "-n", "7000000", "-p", "1e-9", "-rate", strconv.Itoa(rate)}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	text := out.String()
+	_, table, ok := strings.Cut(text, "the kinds compared")
+	if !ok {
+		t.Fatalf("no comparison of the kinds:\n%s", text)
+	}
+	rows := map[string][]string{}
+	for _, l := range strings.Split(table, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 0 && (f[0] == "bloom" || f[0] == "fingerprint") {
+			rows[f[0]] = f
+		}
+	}
+	for _, kind := range []bloom.Kind{bloom.KindBloom, bloom.KindFingerprint} {
+		f := rows[kind.String()]
+		if f == nil {
+			t.Fatalf("no row for %s:\n%s", kind, table)
+		}
+		us, _, _, server := measuredCPU(kind, 1e-9)
+		line := strings.Join(f, " ")
+		if !strings.Contains(line, fmt.Sprintf("%.1f us", us)) || !strings.Contains(line, server) {
+			t.Errorf("%s: want %.1f us measured on %s in %q", kind, us, server, line)
+		}
+		// The last two columns: cores at the rate, and masters at half a
+		// core each.
+		cores, err := strconv.ParseFloat(f[len(f)-2], 64)
+		if err != nil || math.Abs(cores-rate*us*1e-6) > 0.01 {
+			t.Errorf("%s: %q cores at %d/s, want %.2f", kind, f[len(f)-2], rate, rate*us*1e-6)
+		}
+		if want := strconv.Itoa(max(1, int(math.Ceil(rate*us*1e-6/loadPerMaster)))); f[len(f)-1] != want {
+			t.Errorf("%s: %s masters, want %s", kind, f[len(f)-1], want)
+		}
+	}
+	if !strings.Contains(table, "recommended: fingerprint") {
+		t.Errorf("at 1e-9 the fingerprint table takes less memory and less Redis CPU; want it recommended:\n%s", table)
+	}
+	// -filter fingerprint plans tables, and refuses a Bloom layout.
+	out.Reset()
+	if code := run([]string{"plan", "-n", "7000000", "-p", "1e-9", "-filter", "fingerprint", "-max-growth", "1"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "fp4x") {
+		t.Errorf("-filter fingerprint: exit %d, want a table of 4-byte fingerprints (fp4x...):\n%s%s", code, out.String(), errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"plan", "-n", "7000000", "-filter", "fingerprint", "-layout", "4x4"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "-layout") {
+		t.Errorf("-filter fingerprint -layout 4x4: exit %d, %q; want 2 and a line naming -layout", code, errb.String())
 	}
 }
