@@ -83,6 +83,9 @@ type batch struct {
 	// now is the clock when the batch was prepared: every item is placed
 	// by it, and the decision records' expiry is counted from it.
 	now time.Time
+	// planned are the windows' plans found for the items placed by now
+	// (planFor).
+	planned []planned
 	// keys are the script's KEYS; keyIdx gives each one's 1-based index.
 	keys   []string
 	keyIdx map[string]int

@@ -87,7 +87,7 @@ func (f *Filter) TestAndSet(ctx context.Context, elems []Element) ([]Verdict, er
 // locates them under each, and sorts them into call order: shard, plan,
 // topic, partition, offset.
 func (f *Filter) prepare(ctx context.Context, b *batch, elems []Element) error {
-	b.now = f.cfg.Now()
+	b.now, b.planned = f.cfg.Now(), b.planned[:0]
 	b.items = slices.Grow(b.items[:0], len(elems))[:len(elems)]
 	clear(b.sources)
 	// Every element is checked before any is placed: placing one may
@@ -112,7 +112,7 @@ func (f *Filter) prepare(ctx context.Context, b *batch, elems []Element) error {
 		e := &elems[i]
 		it := &b.items[i]
 		it.src, it.t, it.id = &e.Source, e.Time, e.ID
-		if err := f.place(ctx, it, b.now); err != nil {
+		if err := f.place(ctx, b, it); err != nil {
 			return err
 		}
 	}
@@ -122,10 +122,10 @@ func (f *Filter) prepare(ctx context.Context, b *batch, elems []Element) error {
 // place places an item by the clock now: its bucket and neighbours, the
 // plan of each window the test reads (making its record for the item's
 // own window when the item is tested), and its location under each plan.
-func (f *Filter) place(ctx context.Context, it *item, now time.Time) error {
-	it.at = f.cfg.Window.place(it.t, now, f.cfg.MaxFutureSkew, f.cfg.MaxClockSkew)
+func (f *Filter) place(ctx context.Context, b *batch, it *item) error {
+	it.at = f.cfg.Window.place(it.t, b.now, f.cfg.MaxFutureSkew, f.cfg.MaxClockSkew)
 	if it.wp == nil { // placed again (run): its window and shard stay
-		wp, err := f.planOf(ctx, it.at.bucket, it.at.tested())
+		wp, err := f.planFor(ctx, b, it.at.bucket, it.at.tested())
 		if err != nil {
 			return err
 		}
@@ -138,7 +138,7 @@ func (f *Filter) place(ctx context.Context, it *item, now time.Time) error {
 		if !on || !it.at.tested() {
 			continue
 		}
-		nb, err := f.planOf(ctx, it.at.bucket-1+2*int64(i), false)
+		nb, err := f.planFor(ctx, b, it.at.bucket-1+2*int64(i), false)
 		if err != nil {
 			return err
 		}
@@ -148,6 +148,34 @@ func (f *Filter) place(ctx context.Context, it *item, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// planFor is planOf(ctx, bucket, make) as found before for this batch
+// (placed by the same clock): planOf takes a lock and two map lookups, an
+// item asks for up to three windows, and a batch's items share a few. A
+// window found made serves both kinds of asking; one found without making
+// it is asked again when it is to be made.
+func (f *Filter) planFor(ctx context.Context, b *batch, bucket int64, make bool) (*windowPlan, error) {
+	for i := range b.planned {
+		if p := &b.planned[i]; p.bucket == bucket && (p.made || !make) {
+			return p.wp, nil
+		}
+	}
+	wp, err := f.planOf(ctx, bucket, make)
+	if err != nil {
+		return nil, err
+	}
+	// A window made now replaces what was found of it without making it.
+	b.planned = slices.DeleteFunc(b.planned, func(p planned) bool { return p.bucket == bucket })
+	b.planned = append(b.planned, planned{bucket: bucket, made: make, wp: wp})
+	return wp, nil
+}
+
+// planned is a window's plan as a batch found it (planFor).
+type planned struct {
+	bucket int64
+	made   bool // asked with make: the window's record exists
+	wp     *windowPlan
 }
 
 // run makes one script call for the items in order (sorted by shard,
@@ -241,9 +269,9 @@ func pauseUntil(ctx context.Context, d time.Duration, deadline time.Time) error 
 // replace places the items in order anew by the clock (see run). An
 // item's own window stays where it was: its event time does.
 func (f *Filter) replace(ctx context.Context, b *batch, order []int) error {
-	b.now = f.cfg.Now()
+	b.now, b.planned = f.cfg.Now(), b.planned[:0]
 	for _, i := range order {
-		if err := f.place(ctx, &b.items[i], b.now); err != nil {
+		if err := f.place(ctx, b, &b.items[i]); err != nil {
 			return err
 		}
 	}
