@@ -34,20 +34,39 @@ import (
 // lostWatch is what a replica saw of its windows and markers.
 type lostWatch struct {
 	mu sync.Mutex
-	// seen holds the windows this replica saw made.
-	seen map[shardBucket]bool
+	// seen holds the windows this replica saw made, and when it first saw
+	// each.
+	seen map[shardBucket]time.Time
 	// markers holds, per shard, the marker token last read.
 	markers map[int]string
 }
 
-// saw notes that sb's stage 0 exists.
+// saw notes that sb's stage 0 exists, and when, the first time.
 func (w *lostWatch) saw(sb shardBucket) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.seen == nil {
-		w.seen = map[shardBucket]bool{}
+		w.seen = map[shardBucket]time.Time{}
 	}
-	w.seen[sb] = true
+	if _, ok := w.seen[sb]; !ok {
+		w.seen[sb] = time.Now()
+	}
+}
+
+// madeAgain reports whether sb, which this replica has just made, was
+// seen made before it began making it (before) and is still due to live
+// (alive): its keys were lost. It then forgets it. A sighting since
+// before is another of this replica's goroutines finding the key just
+// made, not a loss.
+func (w *lostWatch) madeAgain(sb shardBucket, before time.Time, alive func(b int64) bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, ok := w.seen[sb]
+	if !ok || !at.Before(before) {
+		return false
+	}
+	delete(w.seen, sb)
+	return alive(sb.bucket)
 }
 
 // forget drops the windows of shard that were seen made, are still due to
@@ -113,8 +132,9 @@ func (f *Filter) markerTTL() time.Duration {
 	return max(f.cfg.Window.Retention()+f.cfg.Window.Length, time.Hour)
 }
 
-// windowMade counts a window (one shard's stage 0) made by by, and
-// reports it lost if this replica had seen it made before.
+// windowMade counts a window (one shard's stage 0) made by by, whose
+// making began took ago, and reports it lost if this replica had seen it
+// made before that.
 func (f *Filter) windowMade(ctx context.Context, sb shardBucket, by maker, took time.Duration) {
 	if o := f.obs.Load(); o != nil {
 		o.g.windowsMade.WithLabelValues(by.String()).Inc()
@@ -123,8 +143,8 @@ func (f *Filter) windowMade(ctx context.Context, sb shardBucket, by maker, took 
 				zap.Time("window", f.cfg.Window.Start(sb.bucket)), zap.Int("shard", sb.shard), zap.Duration("took", took))
 		}
 	}
-	if lost := f.lost.forget(sb.shard, f.alive, func(b int64) bool { return b != sb.bucket }); len(lost) > 0 {
-		f.reportLost(ctx, sb.shard, f.checkMarker(ctx, sb.shard, lost), "a window already made was made again")
+	if f.lost.madeAgain(sb, time.Now().Add(-took), f.alive) {
+		f.reportLost(ctx, sb.shard, f.checkMarker(ctx, sb.shard, []int64{sb.bucket}), "a window already made was made again")
 	}
 	f.lost.saw(sb)
 }

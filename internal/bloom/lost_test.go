@@ -3,6 +3,7 @@ package bloom
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -140,5 +141,37 @@ func TestLostKeysNoticed(t *testing.T) {
 	rec, err := f.Recorded(t.Context(), []Element{el("r0-0", 0, 0, at)})
 	if err != nil || rec[0] != Forgotten {
 		t.Errorf("the record of offset 0, decided before the loss: %v (%v), want forgotten", rec, err)
+	}
+}
+
+// A window this replica makes counts as made again only when it saw the
+// window made before the making began: another goroutine of the same
+// replica that finds the key just made (a batch waiting for the window
+// while the maintenance makes it) is not a loss. Before, that sighting
+// between the SET and the check was reported as lost keys.
+func TestMadeAgainOnlyIfSeenBefore(t *testing.T) {
+	alive := func(int64) bool { return true }
+	sb := shardBucket{shard: 2, bucket: 7}
+
+	var w lostWatch
+	before := time.Now()
+	w.saw(sb) // found by another goroutine after this making began
+	if w.madeAgain(sb, before, alive) {
+		t.Error("a window seen only after its making began was reported made again")
+	}
+
+	var lost lostWatch
+	lost.saw(sb)
+	later := time.Now().Add(time.Millisecond)
+	if !lost.madeAgain(sb, later, alive) {
+		t.Error("a window seen made before its making began was not reported made again")
+	}
+	if lost.madeAgain(sb, later.Add(time.Second), alive) {
+		t.Error("a loss was reported twice")
+	}
+	var expired lostWatch
+	expired.saw(sb)
+	if expired.madeAgain(sb, later, func(int64) bool { return false }) {
+		t.Error("a window past its expiry was reported made again")
 	}
 }
