@@ -226,6 +226,9 @@ func explainSource(ctx context.Context, w io.Writer, f *bloom.Filter, cfg config
 		return nil
 	}
 	fmt.Fprintf(w, ", TTL %v, decided up to offset %d\n", r.TTL.Round(time.Second), r.Watermark-1)
+	if src.Offset < r.Delivered {
+		fmt.Fprintf(w, "delivered: the partition was delivered up to offset %d; a replay is committed without being forwarded, dropped or dead-lettered again\n", r.Delivered-1)
+	}
 	switch r.Recorded {
 	case bloom.RecordedForward:
 		fmt.Fprintln(w, "recorded verdict: forwarded (first seen, or not deduplicated: late or future); a replay is forwarded again")

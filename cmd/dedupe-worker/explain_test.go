@@ -22,9 +22,13 @@ func TestExplainCommand(t *testing.T) {
 	f := explainFilter(t)
 	now := testenv.Now()
 	src := func(off int64) bloom.Source { return bloom.Source{Topic: "in", Partition: 3, Offset: off} }
-	v, err := f.TestAndSet(t.Context(), []bloom.Element{{ID: []byte("click-1"), Time: now, Source: src(0)}, {ID: []byte("click-1"), Time: now, Source: src(1)}})
-	if err != nil || v[0] != bloom.FirstSeen || v[1] != bloom.Duplicate {
+	d, err := f.Decide(t.Context(), []bloom.Element{{ID: []byte("click-1"), Time: now, Source: src(0)}, {ID: []byte("click-1"), Time: now, Source: src(1)}}, nil)
+	if v := d.Verdicts; err != nil || v[0] != bloom.FirstSeen || v[1] != bloom.Duplicate {
 		t.Fatalf("verdicts %v, %v", v, err)
+	}
+	// Offset 0 delivered, offset 1 not yet.
+	if err := f.Delivered(t.Context(), d, []bloom.Source{src(0)}); err != nil {
+		t.Fatal(err)
 	}
 
 	explain := func(args ...string) string {
@@ -43,7 +47,7 @@ func TestExplainCommand(t *testing.T) {
 		{[]string{"-id", "click-1", "-time", at}, []string{"a copy decided now: duplicate, dropped", " true\n", "shard 0"}},
 		{[]string{"-id", "click-2", "-time", now.Format(time.RFC3339)}, []string{"a copy decided now: first seen, forwarded", " false\n"}},
 		{[]string{"-id", "click-1", "-time", now.Add(-3 * time.Hour).Format(time.RFC3339)}, []string{"late (past its deadline)"}},
-		{[]string{"-source", "in/3/0"}, []string{"recorded verdict: forwarded", "decided up to offset 1"}},
+		{[]string{"-source", "in/3/0"}, []string{"recorded verdict: forwarded", "decided up to offset 1", "delivered up to offset 0"}},
 		{[]string{"-source", "in/3/1"}, []string{"recorded verdict: dropped as a duplicate"}},
 		{[]string{"-source", "in/3/7"}, []string{"no verdict: offset 7 is past the highest decided (1)"}},
 		{[]string{"-source", "in/4/0"}, []string{"does not exist"}},

@@ -32,7 +32,7 @@ func BenchmarkClientSide(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		bt := getBatch()
-		if err := f.prepare(context.Background(), bt, es); err != nil {
+		if err := f.prepare(context.Background(), bt, es, nil); err != nil {
 			b.Fatal(err)
 		}
 		f.encode(bt, bt.order)

@@ -373,6 +373,34 @@
 // the record. The script is refused before it starts when Redis is out of
 // memory.
 //
+// # Delivered marks
+//
+// A replay decided before is forwarded again, which is right when the
+// first decision was never delivered (its replica crashed) and a copy
+// downstream when it was (its partition moved to another replica before
+// the commit). So a record also keeps a delivered mark, the 63 bits from
+// recordRingBit + R + 64: every offset of its partition below it was
+// delivered. Filter.Delivered raises it (never lowers it) in each record a
+// batch read and in the partition's home record (shard partition mod
+// shards, under the replica's own plan), once the caller's output for the
+// batch is acknowledged and before its offsets are committed: one call per
+// shard. A replay below the mark is ReplayedDelivered: neither tested,
+// recorded, forwarded nor dropped again, only committed.
+//
+// Why a mark in any record of the partition will do: a caller marks only
+// what it delivered, from the offset it started reading at (the committed
+// offset, below which everything was delivered) to the batch's last, so an
+// offset below any mark was delivered, whichever shard's record holds the
+// mark. Input a caller does not test (dead letters) is asked about as
+// probes in the same call, read from the home record.
+//
+// Limits: a mark lost in a failover or with Redis's data only lets
+// replays be forwarded again, as before marks, so marks wait for no
+// replica; during a change of plan, replicas on different plans read
+// different home records, so a dead letter may be sent again; and
+// resetting a consumer group's offsets to process input again skips what
+// was delivered (a new pipeline name gives new records).
+//
 // # Replicas and failover
 //
 // Redis replicates asynchronously: a master answers a call before its

@@ -62,9 +62,17 @@ const (
 	// Config.MaxFutureSkew; not deduplicated, no key written. A replay of
 	// it is Future while it still is, and ReplayedFirstSeen after.
 	Future
+	// ReplayedDelivered: this source offset is below its partition's
+	// delivered mark (Filter.Delivered): it was decided and delivered
+	// before, and is neither forwarded nor dropped again, only committed.
+	ReplayedDelivered
 )
 
-var verdictNames = [...]string{"invalid", "first_seen", "duplicate", "replayed_first_seen", "replayed_duplicate", "replay_unknown", "late", "future"}
+// probed is a probe's answer when its source was not delivered before:
+// never returned as a verdict (Decision.Delivered carries it).
+const probed Verdict = 255
+
+var verdictNames = [...]string{"invalid", "first_seen", "duplicate", "replayed_first_seen", "replayed_duplicate", "replay_unknown", "late", "future", "replayed_delivered"}
 
 // Verdicts lists every verdict, in the order of their values: loops over
 // verdicts use it, so a new verdict is never left out.
@@ -83,5 +91,8 @@ func (v Verdict) String() string {
 	return verdictNames[0]
 }
 
-// Forward reports whether the element is to be passed on.
-func (v Verdict) Forward() bool { return v != Duplicate && v != ReplayedDuplicate }
+// Forward reports whether the element is to be passed on: not for a
+// duplicate, nor for a replay delivered before.
+func (v Verdict) Forward() bool {
+	return v != Duplicate && v != ReplayedDuplicate && v != ReplayedDelivered
+}

@@ -247,8 +247,11 @@ func (f *Filter) encodeElements(b *batch, order []int) {
 	for _, i := range order {
 		it := &b.items[i]
 		g := 0
-		if it.at.tested() {
+		switch {
+		case it.at.tested():
 			g = slices.Index(b.groups, f.groupOf(it)) + 1
+		case it.at.status == probed:
+			g = probeGroup
 		}
 		var e [8 + 2]byte
 		binary.BigEndian.PutUint64(e[:8], uint64(it.src.Offset))

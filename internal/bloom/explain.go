@@ -157,6 +157,9 @@ type RecordExplanation struct {
 	// record of the partition; Horizon how far back it reaches.
 	Watermark, Horizon int64
 	Recorded           Recorded
+	// Delivered is the record's delivered mark: every offset of the
+	// partition below it was delivered, and a replay of one is skipped.
+	Delivered int64
 }
 
 // ExplainSource reads, without writing anything, the decision record of
@@ -194,5 +197,6 @@ func (f *Filter) ExplainSource(ctx context.Context, src Source, id []byte, t tim
 	}
 	r.Exists, r.TTL, r.Watermark = len(rec) >= 8, max(ttl, 0), watermark(rec)
 	r.Recorded = decodeRecorded(rec, src.Offset, f.cfg.ReplayHorizon)
+	r.Delivered = deliveredMark(rec, f.cfg.ReplayHorizon)
 	return r, nil
 }

@@ -26,7 +26,8 @@ package bloom
 //	                  element order: its record's key, its element count
 //	argElements       binary, elementBytes per element: its offset (7
 //	                  bytes, big-endian) and its bucket group (2 bytes; 0:
-//	                  not tested)
+//	                  not tested; probeGroup: a probe, only asked whether
+//	                  it is below its record's delivered mark)
 //	argLocations      where each element is, per plan: plan k's two slots
 //	                  are argLocations + 2(k-1) and the one after.
 //	                  Bloom: msgpack, per element, its words' masks and,
@@ -83,10 +84,11 @@ const (
 	groupStride        = iota
 )
 
-// The strides of the other arguments.
+// The strides of the other arguments, and the group of a probe.
 const (
 	runStride    = 2
 	elementBytes = 9
+	probeGroup   = 1<<16 - 1
 )
 
 // A fingerprint location's fields: their offsets (0-based) and length.
@@ -104,8 +106,12 @@ const (
 // recordRingBit is where a decision record's ring starts: bits 0 to 62
 // hold its watermark (the highest offset decided + 1), the 63 bits from
 // recordRingBit + R its floor (the lowest offset decided since it was
-// made).
+// made), the 63 bits from recordRingBit + R + 64 its delivered mark (every
+// offset of the partition below it was delivered: Filter.Delivered).
 const recordRingBit = 64
+
+// deliveredBit is where a record of ring size r keeps its delivered mark.
+func deliveredBit(r int64) int64 { return recordRingBit + r + 64 }
 
 // The reply: one verdict code per element, in the order of the elements;
 // then, when stages are due ahead, replyWanted and "bucket:stage" items
@@ -118,6 +124,8 @@ const (
 	codeReplayedNew   = 'n' // decided before: forwarded
 	codeReplayedDup   = 'd' // decided before: dropped
 	codeReplayUnknown = 'u' // older than the record's horizon or floor
+	codeDelivered     = 'k' // below the record's delivered mark (an element or a probe)
+	codeNotDelivered  = 'x' // a probe at or above it
 	replyRefused      = '!'
 	replyWanted       = '+'
 )

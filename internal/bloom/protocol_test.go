@@ -26,7 +26,7 @@ func TestScriptProtocol(t *testing.T) {
 		"planFieldWidths": planFieldWidths, "kindCodeBloom": kindCodeBloom, "kindCodeFingerprint": kindCodeFingerprint,
 		"groupFieldRef": groupFieldRef, "groupFieldPrev": groupFieldPrev, "groupFieldNext": groupFieldNext,
 		"groupFieldExpiry": groupFieldExpiry, "groupFieldDeadline": groupFieldDeadline, "groupStride": groupStride,
-		"runStride": runStride, "elementBytes": elementBytes, "recordRingBit": recordRingBit,
+		"runStride": runStride, "elementBytes": elementBytes, "probeGroup": probeGroup, "recordRingBit": recordRingBit,
 		"fpLocationBytes": fpLocationBytes, "fpLocPosition": fpLocPosition, "fpLocFingerprint": fpLocFingerprint,
 		"fpLocPart": fpLocPart, "fpLocHome": fpLocHome, "fpLocFrom": fpLocFrom, "fpLocTo": fpLocTo,
 		"fpFirstRead": fpFirstRead, "fpProbeLimit": fpProbeLimit,
@@ -58,7 +58,7 @@ func TestScriptProtocol(t *testing.T) {
 		}
 	}
 	for code, name := range map[byte]string{codeNew: "N", codeDuplicate: "D", codeUntested: "U", codeReplayedNew: "n",
-		codeReplayedDup: "d", codeReplayUnknown: "u", replyRefused: "!", replyWanted: "+"} {
+		codeReplayedDup: "d", codeReplayUnknown: "u", codeDelivered: "k", codeNotDelivered: "x", replyRefused: "!", replyWanted: "+"} {
 		if !strings.Contains(src, "'"+name+"'") {
 			t.Errorf("script never writes reply code %q (%s)", code, name)
 		}

@@ -91,6 +91,17 @@ func floor(rec []byte, horizon int64) int64 {
 	return int64(binary.BigEndian.Uint64(rec[at:at+8]) >> 1)
 }
 
+// deliveredMark is a record's delivered mark: the 63 bits from
+// deliveredBit(horizon) (a multiple of 8); 0 for no record, or one never
+// marked.
+func deliveredMark(rec []byte, horizon int64) int64 {
+	at := deliveredBit(horizon) / 8
+	if int64(len(rec)) < at+8 {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(rec[at:at+8]) >> 1)
+}
+
 // decodeRecorded reads offset off from a record as the script writes it:
 // bits 0 to 62 hold the watermark (highest decided offset + 1), bit
 // 64 + off mod horizon the decision, 1 forward and 0 drop, the 63 bits

@@ -42,22 +42,44 @@ func scriptSource() string {
 // (one per shard on a Cluster, run concurrently). Its contract (verdicts,
 // errors and retries, cancellation, the order of offsets a caller keeps,
 // the wait for a growing window's stage) is told once, in the package doc
-// under "Replay-safe decisions".
+// under "Replay-safe decisions". It is Decide without probes.
 func (f *Filter) TestAndSet(ctx context.Context, elems []Element) ([]Verdict, error) {
-	if len(elems) == 0 {
-		return nil, nil
+	d, err := f.Decide(ctx, elems, nil)
+	return d.Verdicts, err
+}
+
+// Decision is what Decide answers for a batch.
+type Decision struct {
+	// Verdicts has one verdict per element, in their order.
+	Verdicts []Verdict
+	// Delivered has one answer per probe, in their order: whether its
+	// source was delivered before (below its partition's delivered mark).
+	Delivered []bool
+	// records are the decision records the call read: Filter.Delivered
+	// raises their marks.
+	records []shardPartition
+}
+
+// Decide is TestAndSet with probes: sources the caller does not test
+// (input it dead-letters) but asks, in the same call, whether they were
+// delivered before (see "Delivered marks" in the package doc). A probe is
+// read from its partition's home record, written by every Delivered; it
+// counts as a source of the batch, so it must not be one of elems'.
+func (f *Filter) Decide(ctx context.Context, elems []Element, probes []Source) (Decision, error) {
+	if len(elems)+len(probes) == 0 {
+		return Decision{}, nil
 	}
 	b := getBatch()
 	defer putBatch(b)
-	if err := f.prepare(ctx, b, elems); err != nil {
-		return nil, err
+	if err := f.prepare(ctx, b, elems, probes); err != nil {
+		return Decision{}, err
 	}
-	out := make([]Verdict, len(elems))
+	out := make([]Verdict, len(b.items))
 	if !f.cluster {
 		if err := f.run(ctx, b, b.order, out); err != nil {
-			return nil, err
+			return Decision{}, err
 		}
-		return out, nil
+		return b.decision(out, len(elems)), nil
 	}
 	// One call per shard; b.order is sorted by shard first.
 	g, gctx := errgroup.WithContext(ctx)
@@ -78,17 +100,35 @@ func (f *Filter) TestAndSet(ctx context.Context, elems []Element) ([]Verdict, er
 		lo = hi
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return Decision{}, err
 	}
-	return out, nil
+	return b.decision(out, len(elems)), nil
 }
 
-// prepare validates elems, places them, finds their windows' plans and
-// locates them under each, and sorts them into call order: shard, plan,
-// topic, partition, offset.
-func (f *Filter) prepare(ctx context.Context, b *batch, elems []Element) error {
+// decision splits the verdicts of b's items (elements first, then
+// probes) into a Decision, with the records the call read.
+func (b *batch) decision(out []Verdict, nElems int) Decision {
+	d := Decision{Verdicts: out[:nElems:nElems]}
+	if n := len(out) - nElems; n > 0 {
+		d.Delivered = make([]bool, n)
+		for i, v := range out[nElems:] {
+			d.Delivered[i] = v == ReplayedDelivered
+		}
+	}
+	d.records = make([]shardPartition, len(b.runs))
+	for i, r := range b.runs {
+		d.records[i] = r.key
+	}
+	return d
+}
+
+// prepare validates elems and probes, places the elements, finds their
+// windows' plans and locates them under each, puts each probe in its
+// partition's home record, and sorts them all into call order: shard,
+// plan, topic, partition, offset.
+func (f *Filter) prepare(ctx context.Context, b *batch, elems []Element, probes []Source) error {
 	b.now, b.planned = f.cfg.Now(), b.planned[:0]
-	b.items = slices.Grow(b.items[:0], len(elems))[:len(elems)]
+	b.items = slices.Grow(b.items[:0], len(elems)+len(probes))[:len(elems)+len(probes)]
 	clear(b.sources)
 	// Every element is checked before any is placed: placing one may
 	// record its window's plan, and a batch refused writes nothing.
@@ -100,13 +140,14 @@ func (f *Filter) prepare(ctx context.Context, b *batch, elems []Element) error {
 		if e.Time.IsZero() {
 			return fmt.Errorf("%w: element %d (%v) has no event time", ErrInvalidElement, i, e.Source)
 		}
-		if e.Source.Topic == "" || e.Source.Partition < 0 || e.Source.Offset < 0 || e.Source.Offset > MaxOffset {
-			return fmt.Errorf("%w: element %d has source %v, want a topic, a partition >= 0 and an offset from 0 to 2^52-1", ErrInvalidElement, i, e.Source)
+		if err := b.checkSource(e.Source, "element", i); err != nil {
+			return err
 		}
-		if _, twice := b.sources[e.Source]; twice {
-			return fmt.Errorf("%w: source %v appears twice in the batch", ErrInvalidElement, e.Source)
+	}
+	for i, src := range probes {
+		if err := b.checkSource(src, "probe", i); err != nil {
+			return err
 		}
-		b.sources[e.Source] = struct{}{}
 	}
 	for i := range elems {
 		e := &elems[i]
@@ -116,13 +157,34 @@ func (f *Filter) prepare(ctx context.Context, b *batch, elems []Element) error {
 			return err
 		}
 	}
+	for i := range probes {
+		it := &b.items[len(elems)+i]
+		it.src, it.at, it.wp = &probes[i], placement{status: probed}, f.own
+		it.loc.shard = f.own.homeShard(probes[i].Partition)
+	}
 	return b.sortForCall()
+}
+
+// checkSource refuses a source out of its bounds or seen before in the
+// batch; what and i name it.
+func (b *batch) checkSource(src Source, what string, i int) error {
+	if src.Topic == "" || src.Partition < 0 || src.Offset < 0 || src.Offset > MaxOffset {
+		return fmt.Errorf("%w: %s %d has source %v, want a topic, a partition >= 0 and an offset from 0 to 2^52-1", ErrInvalidElement, what, i, src)
+	}
+	if _, twice := b.sources[src]; twice {
+		return fmt.Errorf("%w: source %v appears twice in the batch", ErrInvalidElement, src)
+	}
+	b.sources[src] = struct{}{}
+	return nil
 }
 
 // place places an item by the clock now: its bucket and neighbours, the
 // plan of each window the test reads (making its record for the item's
 // own window when the item is tested), and its location under each plan.
 func (f *Filter) place(ctx context.Context, b *batch, it *item) error {
+	if it.at.status == probed {
+		return nil // a probe stays in its home record
+	}
 	it.at = f.cfg.Window.place(it.t, b.now, f.cfg.MaxFutureSkew, f.cfg.MaxClockSkew)
 	if it.wp == nil { // placed again (run): its window and shard stay
 		wp, err := f.planFor(ctx, b, it.at.bucket, it.at.tested())
@@ -313,6 +375,10 @@ func (f *Filter) decode(b *batch, order []int, res string, out []Verdict) error 
 			v = ReplayedDuplicate
 		case codeReplayUnknown:
 			v = ReplayUnknown
+		case codeDelivered:
+			v = ReplayedDelivered
+		case codeNotDelivered:
+			v = probed
 		default:
 			return fmt.Errorf("%w: test-and-set returned verdict %q", ErrRedis, res[k])
 		}

@@ -18,9 +18,11 @@ local argRing, argRecordExpire, argPlans, argBuckets, argGroups, argRuns, argEle
 local planFieldKind, planFieldStages, planFieldCaps, planFieldSizes, planFieldPerPart, planFieldLeads, planFieldWidths = 1, 2, 3, 4, 5, 6, 7
 local kindCodeBloom, kindCodeFingerprint = 1, 2
 local groupFieldRef, groupFieldPrev, groupFieldNext, groupFieldExpiry, groupFieldDeadline, groupStride = 1, 2, 3, 4, 5, 5
-local runStride, elementBytes = 2, 9
+local runStride, elementBytes, probeGroup = 2, 9, 65535
 local fpLocationBytes, fpLocPosition, fpLocFingerprint, fpLocPart, fpLocHome, fpLocFrom, fpLocTo = 44, 0, 8, 16, 18, 22, 33
 local recordRingBit = 64
+-- Where a record's delivered mark starts: after its ring and its floor.
+local recordDeliveredBit = recordRingBit + tonumber(ARGV[argRing]) + 64
 
 -- Globals used per element, as locals: a global is a table lookup.
 local band, bor, fmt, unpackStruct, sub, find = bit.band, bit.bor, string.format, struct.unpack, string.sub, string.find

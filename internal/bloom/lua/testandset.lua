@@ -5,8 +5,9 @@
 -- Otherwise one character per element: N new, D duplicate, U new and not
 -- filtered (the caller's choice, or its bucket group past its deadline by
 -- this server's clock), n/d a replay decided new/duplicate before, u a
--- replay older than the record; then, when stages are due ahead, '+' and
--- those stages as above.
+-- replay older than the record, k a replay delivered before; for a probe
+-- (group probeGroup), k or x, not delivered; then, when stages are due
+-- ahead, '+' and those stages as above.
 
 -- The test of a bucket of any kind against candidates, for neighbours.
 local function testBucket(ref, xs, n, hit)
@@ -27,18 +28,25 @@ for g = 1, nb do
 	fresh[g], nfresh[g] = {}, 0
 end
 
--- 1. Replays: an offset below a record's watermark was decided before.
+-- 1. Replays: an offset below a record's delivered mark was delivered
+-- (and any other offset of the partition below it too: a probe asks for
+-- one), one below its watermark was decided before.
 local records, nrec = {}, 0
 local x = 1
+local deliveredAt = fmt('%d', recordDeliveredBit)
 for p = 1, #runs, runStride do
 	local key = KEYS[runs[p]]
 	local last = x + runs[p + 1] - 1
-	local head = call('BITFIELD', key, 'GET', 'u63', '0', 'GET', 'u63', fmt('%d', recordRingBit + R))
-	local mark, floor = head[1], head[2]
+	local head = call('BITFIELD', key, 'GET', 'u63', '0', 'GET', 'u63', fmt('%d', recordRingBit + R), 'GET', 'u63', deliveredAt)
+	local mark, floor, delivered = head[1], head[2], head[3]
 	local reads, readEls, nr = {}, {}, 0
 	for y = x, last do
 		local off, g = offOf[y], groupOf[y]
-		if off < mark then
+		if off < delivered then
+			verdict[y] = 'k'
+		elseif g == probeGroup then
+			verdict[y] = 'x'
+		elseif off < mark then
 			if off >= mark - R and off >= floor then
 				nr = nr + 1
 				reads[3 * nr - 2] = 'GET'
