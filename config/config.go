@@ -150,6 +150,11 @@ type Config struct {
 	KafkaSessionTimeout time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT"`
 	// ShutdownTimeout bounds the shutdown after SIGTERM. Default: 30s.
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
+	// HandoffWait is how long a replica that takes over a partition waits
+	// for the batches the previous owner decided to be marked delivered
+	// before it forwards them again (consumer.Config.HandoffWait); 0
+	// forwards them at once. Default: 5s.
+	HandoffWait time.Duration `envconfig:"HANDOFF_WAIT" default:"5s"`
 
 	// KafkaTLS connects to every broker over TLS. A CA or client
 	// certificate file turns it on as well. Default: false.

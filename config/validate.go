@@ -84,6 +84,8 @@ func (c Config) Validate() error {
 			shortDuration(consumer.MaxSessionTimeout))
 	case c.ShutdownTimeout < time.Second || c.ShutdownTimeout > 10*time.Minute:
 		return bad("SHUTDOWN_TIMEOUT", "%v: want 1s to 10m", c.ShutdownTimeout)
+	case c.HandoffWait < 0 || c.HandoffWait > consumer.MaxHandoffWait:
+		return bad("HANDOFF_WAIT", "%v: want 0 to %v", c.HandoffWait, consumer.MaxHandoffWait)
 	case c.RedisMinReplicas < 0 || c.RedisMinReplicas > 5:
 		return bad("REDIS_MIN_REPLICAS", "%d: want 0 to 5", c.RedisMinReplicas)
 	case c.RedisUsername != "" && c.RedisPassword == "":

@@ -158,7 +158,7 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 	w, err := consumer.New(consumer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID,
 		BatchSize: cfg.BatchSize, BatchLinger: cfg.BatchLinger, KafkaTimeout: cfg.KafkaTimeout,
-		ShutdownTimeout: cfg.ShutdownTimeout, SessionTimeout: cfg.KafkaSessionTimeout, Extractor: ex, Logger: log, Metrics: metrics,
+		ShutdownTimeout: cfg.ShutdownTimeout, HandoffWait: cfg.HandoffWait, SessionTimeout: cfg.KafkaSessionTimeout, Extractor: ex, Logger: log, Metrics: metrics,
 		TLS: kafkaTLS, SASL: mech, Now: now, DeadLetterLate: cfg.LatePolicy == config.LateDeadLetter, Shadow: cfg.Mode == config.ModeShadow,
 		Start: consumer.Start{Latest: start.Latest, At: start.Time(now())},
 	}, filter, out, dlq)

@@ -35,6 +35,8 @@ const (
 	MaxSessionTimeout     = 5 * time.Minute
 	// DefaultShutdownTimeout is ShutdownTimeout's default.
 	DefaultShutdownTimeout = 30 * time.Second
+	// MaxHandoffWait is HandoffWait's largest value.
+	MaxHandoffWait = time.Minute
 )
 
 // Config configures a Worker. A zero field takes its default.
@@ -68,6 +70,12 @@ type Config struct {
 	// Start is where the group begins when it has no committed offsets.
 	// Default: the earliest offset.
 	Start Start
+	// HandoffWait is how long a batch holding replays another replica
+	// decided and has not marked delivered (it may be delivering them
+	// still, having had their partition until the last rebalance) waits
+	// for the marks before forwarding them again; a shutdown ends the wait.
+	// Zero (unlike the other fields): no wait, from 0 to MaxHandoffWait.
+	HandoffWait time.Duration
 	// DeadLetterLate sends events the filter finds Late or Future to the
 	// dead-letter topic (reasons late and future) instead of forwarding
 	// them undeduplicated with the UndeduplicatedHeader.
@@ -137,6 +145,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("consumer: session timeout %v: want %v to %v", c.SessionTimeout, MinSessionTimeout, MaxSessionTimeout)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("consumer: shutdown timeout %v: want 0 or more", c.ShutdownTimeout)
+	case c.HandoffWait < 0 || c.HandoffWait > MaxHandoffWait:
+		return fmt.Errorf("consumer: hand-off wait %v: want 0 to %v", c.HandoffWait, MaxHandoffWait)
 	}
 	return nil
 }

@@ -20,11 +20,14 @@ import (
 )
 
 // decide extracts the IDs of a batch and runs its test-and-set, retrying
-// until it succeeds or ctx ends.
-func (w *Worker) decide(ctx context.Context, b *buffers) error {
+// until it succeeds or ctx ends. Input it cannot deduplicate goes with the
+// call as probes: a replay of a dead letter delivered before is not
+// dead-lettered again. Replays another replica may still be delivering
+// wait for it (awaitHandoff) until stopping ends.
+func (w *Worker) decide(ctx, stopping context.Context, b *buffers) error {
 	batch := b.batch
 	w.m.eventsIn.Add(float64(len(batch)))
-	elems, idx, dead := b.elems[:0], b.idx[:0], b.dead[:0]
+	elems, idx, undecided, probes := b.elems[:0], b.idx[:0], b.undecided[:0], b.probes[:0]
 	// After a rebalance or a re-fetch kafka-go can deliver an offset twice
 	// in one batch; the copy is decided once (and committed with the rest).
 	offsets := &b.offsets
@@ -38,36 +41,61 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 		if !offsets.first(batch, i) {
 			continue
 		}
+		src := bloom.Source{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset}
 		if size := messageBytes(m); size > w.maxMessageBytes {
 			// It could be produced neither forward nor as a dead letter, and
 			// would stop the partition: dead-letter it without its value.
-			noValue := *m
-			noValue.Value = nil
-			dead = w.deadLetter(dead, &noValue, fmt.Errorf("%w: %d bytes, more than %d", ErrTooLarge, size, w.maxMessageBytes))
+			undecided = append(undecided, undecidable{i, fmt.Errorf("%w: %d bytes, more than %d", ErrTooLarge, size, w.maxMessageBytes), true})
+			probes = append(probes, src)
 			continue
 		}
 		id, at, err := w.cfg.Extractor.extract(m, headers)
 		if err != nil {
-			dead = w.deadLetter(dead, m, err)
+			undecided = append(undecided, undecidable{i, err, false})
+			probes = append(probes, src)
 			continue
 		}
-		elems = append(elems, bloom.Element{ID: id, Time: at, Source: bloom.Source{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset}})
+		elems = append(elems, bloom.Element{ID: id, Time: at, Source: src})
 		idx = append(idx, i)
 	}
-	b.elems, b.idx, b.dead = elems, idx, dead
+	b.elems, b.idx, b.undecided, b.probes = elems, idx, undecided, probes
 
-	var verdicts []bloom.Verdict
-	if len(elems) > 0 {
-		err := w.retry(ctx, &w.deciding, StepDecide, "", func(ctx context.Context) error {
-			t := time.Now()
-			v, err := w.filter.TestAndSet(ctx, elems)
-			w.m.redisSeconds.Observe(time.Since(t).Seconds())
-			verdicts = v
-			return err
-		})
-		if err != nil {
+	// Before the call, what this worker asked before of each partition:
+	// a replay above it was decided by another replica.
+	askedBefore := w.noteAsked(elems)
+	var d bloom.Decision
+	err := w.retry(ctx, &w.deciding, StepDecide, "", func(ctx context.Context) error {
+		t := time.Now()
+		var err error
+		d, err = w.filter.Decide(ctx, elems, probes)
+		w.m.redisSeconds.Observe(time.Since(t).Seconds())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	b.decision = d
+	if w.cfg.HandoffWait > 0 {
+		if err := w.awaitHandoff(ctx, stopping, elems, d.Verdicts, askedBefore); err != nil {
 			return err
 		}
+	}
+	verdicts := d.Verdicts
+	// skipped are replays delivered before: committed, nothing else.
+	skipped, replayed := 0, 0
+	dead := b.dead[:0]
+	for k, u := range undecided {
+		if d.Delivered[k] {
+			skipped++
+			continue
+		}
+		m := &batch[u.i]
+		if u.noValue {
+			noValue := *m
+			noValue.Value = nil
+			m = &noValue
+		}
+		dead = w.deadLetter(dead, m, u.why)
 	}
 	out := b.out[:0]
 	// counts are by verdict: any value of the type has a place.
@@ -82,6 +110,13 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 	firstLate := -1
 	for k, v := range verdicts {
 		counts[v]++
+		switch v {
+		case bloom.ReplayedDelivered:
+			skipped++
+			continue
+		case bloom.ReplayedFirstSeen, bloom.ReplayUnknown:
+			replayed++
+		}
 		w.m.eventLag.Observe(max(now.Sub(elems[k].Time), 0).Seconds())
 		m := &batch[idx[k]]
 		id := kafka.Header{Key: record.IDHeader, Value: elems[k].ID}
@@ -118,6 +153,12 @@ func (w *Worker) decide(ctx context.Context, b *buffers) error {
 	}
 	for _, c := range perPartition {
 		w.m.addPartitionVerdicts(w.cfg.Topic, c.partition, c.n)
+	}
+	if skipped > 0 {
+		w.m.replays.WithLabelValues(ReplaySkipped).Add(float64(skipped))
+	}
+	if replayed > 0 {
+		w.m.replays.WithLabelValues(ReplayForwarded).Add(float64(replayed))
 	}
 	if firstLate >= 0 {
 		e := elems[firstLate]
@@ -215,6 +256,104 @@ func countPartition(perPartition []partitionCount, p int32, v record.Verdict) []
 	c := partitionCount{partition: p}
 	c.n[v]++
 	return append(perPartition, c)
+}
+
+// noteAsked records, per partition, the highest offset of elems this
+// worker asked the filter about (asked), and returns what it held before.
+func (w *Worker) noteAsked(elems []bloom.Element) map[int32]int64 {
+	before := map[int32]int64{}
+	for i := range elems {
+		src := &elems[i].Source
+		if _, ok := before[src.Partition]; !ok {
+			high, seen := w.asked[src.Partition]
+			if !seen {
+				high = -1
+			}
+			before[src.Partition] = high
+		}
+		if high, seen := w.asked[src.Partition]; !seen || src.Offset > high {
+			w.asked[src.Partition] = src.Offset
+		}
+	}
+	return before
+}
+
+// awaitHandoff waits for the replays to forward of a batch (verdicts
+// ReplayedFirstSeen) that another replica decided (above askedBefore):
+// that replica may be delivering them still, having had the partition
+// until the last rebalance. It asks the filter again about those alone,
+// after pauses from handoffPause doubling to handoffPauseMax, until each
+// is marked delivered (ReplayedDelivered: its verdict is changed, and it
+// is skipped), HandoffWait has passed, or stopping ends (a shutdown
+// begins); the rest are forwarded again, as a crashed replica's are. Asking
+// again is safe: each is below its record's watermark and gets its
+// recorded decision.
+func (w *Worker) awaitHandoff(ctx, stopping context.Context, elems []bloom.Element, verdicts []bloom.Verdict, askedBefore map[int32]int64) error {
+	var wait []int
+	for k, v := range verdicts {
+		if v == bloom.ReplayedFirstSeen && elems[k].Source.Offset > askedBefore[elems[k].Source.Partition] {
+			wait = append(wait, k)
+		}
+	}
+	if len(wait) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(w.cfg.HandoffWait)
+	pause := handoffPause
+	again := make([]bloom.Element, 0, len(wait))
+	for len(wait) > 0 {
+		t := time.NewTimer(min(pause, max(time.Until(deadline), 0)))
+		select {
+		case <-t.C:
+		case <-stopping.Done():
+			t.Stop()
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			w.log.Info("replays another replica decided were not marked delivered in time: forwarding them again",
+				zap.Int("replays", len(wait)), zap.Stringer("first", elems[wait[0]].Source), zap.Duration("waited", w.cfg.HandoffWait))
+			return nil
+		}
+		pause = min(2*pause, handoffPauseMax)
+		again = again[:0]
+		for _, k := range wait {
+			again = append(again, elems[k])
+		}
+		var d bloom.Decision
+		err := w.retry(ctx, &w.deciding, StepDecide, "", func(ctx context.Context) error {
+			var err error
+			d, err = w.filter.Decide(ctx, again, nil)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		left := wait[:0]
+		for i, k := range wait {
+			if d.Verdicts[i] == bloom.ReplayedDelivered {
+				verdicts[k] = bloom.ReplayedDelivered
+			} else {
+				left = append(left, k)
+			}
+		}
+		wait = left
+	}
+	return nil
+}
+
+// The pauses of awaitHandoff: a replica delivers a batch in milliseconds
+// when Kafka answers.
+const (
+	handoffPause    = 5 * time.Millisecond
+	handoffPauseMax = 200 * time.Millisecond
+)
+
+// undecidable is input that is not tested (batch[i], dead-lettered for
+// why, without its value when noValue), unless it was delivered before.
+type undecidable struct {
+	i       int
+	why     error
+	noValue bool
 }
 
 // beyondBound is the dead-letter reason of a Late or Future verdict.

@@ -10,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
+	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/retry"
 )
@@ -48,6 +49,7 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	// A commit is the highest offset read per partition; kafka-go would
 	// make and merge an entry per message otherwise.
 	d.last = highest(batch, d.last[:0])
+	w.markDelivered(ctx, d)
 	// A failed commit loses nothing: the batch is read again and its
 	// decisions are replayed. After a rebalance the commit is refused, so
 	// it is tried three times only. A refused authorization stops the
@@ -79,6 +81,35 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	w.m.batchSeconds.Observe(latency.Seconds())
 	w.setLag(d.last, time.Now())
 	return nil
+}
+
+// markDelivered tells the filter that the batch is delivered up to its
+// highest offset per partition, so that a replay of it (read again by
+// whoever owns the partition next, if the commit does not land) is
+// committed without being forwarded again. It is tried three times; a
+// failure is logged and counted, and the batch is committed all the same:
+// the commit is what keeps it from being read again, the mark only covers
+// a commit that does not land.
+func (w *Worker) markDelivered(ctx context.Context, d *buffers) {
+	d.upTo = d.upTo[:0]
+	for _, m := range d.last {
+		d.upTo = append(d.upTo, bloom.Source{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset})
+	}
+	tries := 0
+	err := retry.Do(ctx, commitBackoff, func(ctx context.Context) error {
+		tries++
+		return w.filter.Delivered(ctx, d.decision, d.upTo)
+	}, func(err error, _ time.Duration) error {
+		w.m.errors.WithLabelValues(StepMark).Inc()
+		if tries == 3 {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		w.log.Warn("marking a batch delivered; committing it all the same (a replay of it would be forwarded again)",
+			zap.String("topic", w.cfg.Topic), zap.Int("partition", d.batch[0].Partition), zap.Int64("offset", d.batch[0].Offset), zap.Error(err))
+	}
 }
 
 // refusal is a message its topic refused for its content, and why: an

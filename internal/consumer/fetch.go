@@ -87,6 +87,14 @@ type buffers struct {
 	idx     []int
 	out     []kafka.Message
 	dead    []kafka.Message
+	// undecided are the input not tested, with their sources as probes.
+	undecided []undecidable
+	probes    []bloom.Source
+	// decision is the test-and-set's answer: its records are marked
+	// delivered once the batch is acknowledged.
+	decision bloom.Decision
+	// upTo is, per partition, the highest offset the batch delivered.
+	upTo    []bloom.Source
 	offsets batchOffsets
 	headers headerBuf
 	last    []kafka.Message // per partition, the message to commit

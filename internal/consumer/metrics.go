@@ -19,6 +19,9 @@ type Metrics struct {
 	verdicts     *prometheus.CounterVec
 	deadLettered *prometheus.CounterVec
 	errors       *prometheus.CounterVec
+	// replays count input decided before: skipped (delivered before, only
+	// committed) or forwarded again (decided, never delivered).
+	replays      *prometheus.CounterVec
 	batchSize    prometheus.Histogram
 	batchSeconds prometheus.Histogram
 	redisSeconds prometheus.Histogram
@@ -49,7 +52,14 @@ const (
 	StepDecide     = "test_and_set"
 	StepProduce    = "produce"
 	StepDeadLetter = "dead_letter"
+	StepMark       = "mark_delivered"
 	StepCommit     = "commit"
+)
+
+// The outcomes of dedupe_replays_total.
+const (
+	ReplaySkipped   = "skipped"
+	ReplayForwarded = "forwarded"
 )
 
 // steps are the steps in the order of an event's way, each with the
@@ -60,6 +70,7 @@ var steps = [...]struct{ label, phrase string }{
 	{StepDecide, "test-and-set"},
 	{StepProduce, "producing"},
 	{StepDeadLetter, "dead-lettering"},
+	{StepMark, "marking delivered"},
 	{StepCommit, "committing"},
 }
 
@@ -117,6 +128,9 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 			Help: "Messages sent to the dead-letter topic, by reason.", ConstLabels: l}, []string{"reason"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_errors_total",
 			Help: "Failed calls, by step: those retried, and the one that stopped the worker.", ConstLabels: l}, []string{"step"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_replays_total",
+			Help:        "Input read again after it was decided (a rebalance, a restart): skipped, delivered before and only committed; or forwarded, decided and never delivered (or older than the decision records).",
+			ConstLabels: l}, []string{"outcome"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_batch_size",
 			Help: "Messages per batch.", ConstLabels: l, Buckets: prometheus.ExponentialBuckets(1, 2, 15)}),
 		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_batch_seconds",
@@ -148,8 +162,10 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	for _, s := range Steps() {
 		m.errors.WithLabelValues(s)
 	}
+	m.replays.WithLabelValues(ReplaySkipped)
+	m.replays.WithLabelValues(ReplayForwarded)
 	if reg != nil {
-		reg.MustRegister(m.eventsIn, m.forwarded, m.verdicts, m.deadLettered, m.errors, m.batchSize, m.batchSeconds, m.redisSeconds,
+		reg.MustRegister(m.eventsIn, m.forwarded, m.verdicts, m.deadLettered, m.errors, m.replays, m.batchSize, m.batchSeconds, m.redisSeconds,
 			m.fetchToProduce, m.lag, m.eventLag, m.partitionVerdicts)
 	}
 	return m

@@ -36,14 +36,17 @@ import (
 	"dedupe-worker/internal/retry"
 )
 
-// Filter decides which elements are seen for the first time. Its contract
-// (verdicts in order or none, retries that give the first application's
-// decisions, cancellation, offsets in ascending order per partition, the
-// bounded wait for a growing window) is bloom.Filter.TestAndSet's, told
-// once in the bloom package doc under "Replay-safe decisions". The worker
-// retries every error but one: bloom.ErrInvalidElement stops it.
+// Filter decides which elements are seen for the first time, and learns
+// which batches were delivered. Its contract (verdicts in order or none,
+// retries that give the first application's decisions, cancellation,
+// offsets in ascending order per partition, the bounded wait for a growing
+// window, probes and delivered marks) is bloom.Filter's, told once in the
+// bloom package doc under "Replay-safe decisions" and "Delivered marks".
+// The worker retries every error of Decide but one:
+// bloom.ErrInvalidElement stops it.
 type Filter interface {
-	TestAndSet(ctx context.Context, elems []bloom.Element) ([]bloom.Verdict, error)
+	Decide(ctx context.Context, elems []bloom.Element, probes []bloom.Source) (bloom.Decision, error)
+	Delivered(ctx context.Context, d bloom.Decision, upTo []bloom.Source) error
 }
 
 // Worker is one consumer-group member.
@@ -73,6 +76,9 @@ type Worker struct {
 	lateLog *zap.Logger
 	// lagSeen is when each partition's lag was last set (deliver only).
 	lagSeen map[int]time.Time
+	// asked is, per partition, the highest offset this worker asked the
+	// filter about (decide only).
+	asked map[int32]int64
 }
 
 // New returns a Worker; Run starts it. The error says which field of cfg
@@ -92,7 +98,7 @@ func New(cfg Config, filter Filter, out, dlq Producer) (*Worker, error) {
 			limit+headerAllowance, headerAllowance)
 	}
 	w := &Worker{cfg: cfg, filter: filter, out: out, dlq: dlq, log: cfg.Logger, m: cfg.Metrics, maxMessageBytes: limit,
-		lateLog: logs.Sampled(cfg.Logger)}
+		lateLog: logs.Sampled(cfg.Logger), asked: map[int32]int64{}}
 	w.fetching.Store(true)
 	w.deciding.Store(true)
 	w.delivering.Store(true)
@@ -188,8 +194,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopTimer()
 	decidedCh := make(chan *buffers, 1)
 	delivered := make(chan error, 1)
+	// finished counts the batches deliver is done with, and progress tells
+	// the loop of each (see inFlight).
+	var finished atomic.Int64
+	progress := make(chan struct{}, 1)
 	go func() {
 		var err error
+		defer close(progress)
 		for d := range decidedCh {
 			// After a failure, or once the shutdown budget ran out, later
 			// batches are not delivered (out of order, or at all): Run
@@ -205,10 +216,23 @@ func (w *Worker) Run(ctx context.Context) error {
 			if err == nil && !d.retried {
 				w.bufs.Put(d)
 			}
+			finished.Add(1)
+			select {
+			case progress <- struct{}{}:
+			default:
+			}
 		}
 		delivered <- err
 	}()
 	var runErr error
+	// sent counts the batches handed to deliver; inFlight holds, per
+	// partition, the highest offset handed. A batch that reads one of
+	// those offsets again (kafka-go starts a partition again from its
+	// committed offset after a rebalance, even when it stays here) waits
+	// for the batches in flight, so that their delivered marks are set
+	// before it is decided and its replays are skipped.
+	var sent int64
+	inFlight := map[int]int64{}
 	for wctx.Err() == nil {
 		b := w.bufs.Get().(*buffers)
 		batch, fetched, err := w.fetch(fctx, r, b)
@@ -224,7 +248,15 @@ func (w *Worker) Run(ctx context.Context) error {
 			break
 		}
 		if len(batch) > 0 {
-			if err := w.decide(wctx, b); err != nil {
+			if readsAgain(batch, inFlight) {
+				for finished.Load() < sent && wctx.Err() == nil {
+					select {
+					case <-progress:
+					case <-wctx.Done():
+					}
+				}
+			}
+			if err := w.decide(wctx, fctx, b); err != nil {
 				if se, ok := errors.AsType[*StageError](err); ok {
 					stop(se)
 				} else if ctx.Err() != nil {
@@ -232,6 +264,10 @@ func (w *Worker) Run(ctx context.Context) error {
 				}
 				break
 			}
+			for i := range batch {
+				inFlight[batch[i].Partition] = max(inFlight[batch[i].Partition], batch[i].Offset)
+			}
+			sent++
 			decidedCh <- b
 		} else {
 			w.bufs.Put(b)
@@ -271,6 +307,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		groupLog.Warn("the reader did not close in time: leaving the group to the session timeout", zap.Duration("waited", wait))
 	}
 	return runErr
+}
+
+// readsAgain reports whether batch holds an offset at or below the
+// highest one handed to deliver for its partition (inFlight).
+func readsAgain(batch []kafka.Message, inFlight map[int]int64) bool {
+	for i := range batch {
+		if high, ok := inFlight[batch[i].Partition]; ok && batch[i].Offset <= high {
+			return true
+		}
+	}
+	return false
 }
 
 // ReaderCloseTimeout is how long Run waits, past its ShutdownTimeout, for
