@@ -98,3 +98,22 @@ func (f *Filter) Delivered(ctx context.Context, d Decision, upTo []Source) error
 	}
 	return g.Wait()
 }
+
+// Ping asks the server, or every master of a Cluster, for an answer within
+// the call timeout: whether the filter can be reached at all, for a caller
+// that has nothing to decide.
+func (f *Filter) Ping(ctx context.Context) error {
+	cctx, cancel := f.callCtx(ctx)
+	defer cancel()
+	if cc, ok := f.client.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(cctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
+		if err != nil {
+			return fmt.Errorf("%w: ping: %w", ErrRedis, err)
+		}
+		return nil
+	}
+	if err := f.client.Ping(cctx).Err(); err != nil {
+		return fmt.Errorf("%w: ping: %w", ErrRedis, err)
+	}
+	return nil
+}

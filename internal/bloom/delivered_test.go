@@ -13,8 +13,9 @@ import (
 // Delivered marks, on a single server and on a 3-master Cluster, with a
 // plan of four shards so that a partition's elements are in several
 // records: a replay below the mark is ReplayedDelivered in any record, a
-// probe is answered from its home record, marks never go down, other
-// partitions are untouched, and every record written has an expiry.
+// probe is answered from its home record (new, decided before, or
+// delivered), marks never go down, other partitions are untouched, and
+// every record written has an expiry.
 func TestDeliveredMarks(t *testing.T) {
 	t.Run("server", func(t *testing.T) {
 		testDeliveredMarks(t, testenv.RedisClient(t, testenv.Redis(t)))
@@ -48,8 +49,8 @@ func testDeliveredMarks(t *testing.T, c redis.UniversalClient) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(d.Verdicts) != len(es) || len(d.Delivered) != len(ps) {
-			t.Fatalf("%d verdicts and %d probe answers for %d elements and %d probes", len(d.Verdicts), len(d.Delivered), len(es), len(ps))
+		if len(d.Verdicts) != len(es) || len(d.Probes) != len(ps) {
+			t.Fatalf("%d verdicts and %d probe answers for %d elements and %d probes", len(d.Verdicts), len(d.Probes), len(es), len(ps))
 		}
 		return d
 	}
@@ -64,8 +65,8 @@ func testDeliveredMarks(t *testing.T, c redis.UniversalClient) {
 	if n := count(first.Verdicts); n[FirstSeen] != 10 || n[Duplicate] != 10 {
 		t.Fatalf("first decision: %v, want 10 first seen and 10 duplicates", n)
 	}
-	if first.Delivered[0] || first.Delivered[1] {
-		t.Fatalf("probes before any mark answered delivered: %v", first.Delivered)
+	if first.Probes[0] != ProbeNew || first.Probes[1] != ProbeNew {
+		t.Fatalf("probes asked first: %v, want new", first.Probes)
 	}
 	if shards := map[int]bool{}; func() int {
 		for _, r := range first.records {
@@ -80,8 +81,8 @@ func testDeliveredMarks(t *testing.T, c redis.UniversalClient) {
 	if n := count(again.Verdicts); n[ReplayedFirstSeen] != 10 || n[ReplayedDuplicate] != 10 {
 		t.Fatalf("replay before the mark: %v, want the recorded decisions", n)
 	}
-	if again.Delivered[0] || again.Delivered[1] {
-		t.Fatalf("probes answered delivered before the mark: %v", again.Delivered)
+	if again.Probes[0] != ProbeDecided || again.Probes[1] != ProbeDecided {
+		t.Fatalf("probes asked again before the mark: %v, want decided", again.Probes)
 	}
 	if err := f.Delivered(ctx, first, []Source{{Topic: "t", Partition: 0, Offset: 21}}); err != nil {
 		t.Fatal(err)
@@ -90,8 +91,8 @@ func testDeliveredMarks(t *testing.T, c redis.UniversalClient) {
 	if n := count(replay.Verdicts); n[ReplayedDelivered] != 20 {
 		t.Fatalf("replay after the mark: %v, want 20 replayed_delivered", n)
 	}
-	if !replay.Delivered[0] || !replay.Delivered[1] {
-		t.Fatalf("probes after the mark: %v, want both delivered", replay.Delivered)
+	if replay.Probes[0] != ProbeDelivered || replay.Probes[1] != ProbeDelivered {
+		t.Fatalf("probes after the mark: %v, want both delivered", replay.Probes)
 	}
 	// Other batch boundaries: offsets 15-29, of which 22-29 are new.
 	mixed := decide(batch(15, 30), []Source{{Topic: "t", Partition: 0, Offset: 30}})
@@ -104,8 +105,8 @@ func testDeliveredMarks(t *testing.T, c redis.UniversalClient) {
 			t.Errorf("offset %d: %v, want %v", 15+i, v, want)
 		}
 	}
-	if mixed.Delivered[0] {
-		t.Error("a probe above the mark answered delivered")
+	if mixed.Probes[0] != ProbeNew {
+		t.Errorf("a probe above the mark and the watermark: %v, want new", mixed.Probes[0])
 	}
 	// A lower mark does not lower it.
 	if err := f.Delivered(ctx, first, []Source{{Topic: "t", Partition: 0, Offset: 3}}); err != nil {
@@ -120,14 +121,17 @@ func testDeliveredMarks(t *testing.T, c redis.UniversalClient) {
 	}
 	// A partition whose batches held only dead letters: its home record.
 	onlyDead := decide(nil, []Source{{Topic: "t", Partition: 2, Offset: 4}, {Topic: "t", Partition: 2, Offset: 5}})
-	if onlyDead.Delivered[0] || onlyDead.Delivered[1] {
-		t.Fatalf("dead letters of partition 2 before any mark: %v", onlyDead.Delivered)
+	if onlyDead.Probes[0] != ProbeNew || onlyDead.Probes[1] != ProbeNew {
+		t.Fatalf("dead letters of partition 2 asked first: %v", onlyDead.Probes)
+	}
+	if d := decide(nil, []Source{{Topic: "t", Partition: 2, Offset: 4}, {Topic: "t", Partition: 2, Offset: 5}}); d.Probes[0] != ProbeDecided || d.Probes[1] != ProbeDecided {
+		t.Fatalf("dead letters of partition 2 asked again: %v, want decided", d.Probes)
 	}
 	if err := f.Delivered(ctx, onlyDead, []Source{{Topic: "t", Partition: 2, Offset: 4}}); err != nil {
 		t.Fatal(err)
 	}
-	if d := decide(nil, []Source{{Topic: "t", Partition: 2, Offset: 4}, {Topic: "t", Partition: 2, Offset: 5}}); !d.Delivered[0] || d.Delivered[1] {
-		t.Errorf("dead letters of partition 2 after a mark at 5: %v, want [true false]", d.Delivered)
+	if d := decide(nil, []Source{{Topic: "t", Partition: 2, Offset: 4}, {Topic: "t", Partition: 2, Offset: 5}}); d.Probes[0] != ProbeDelivered || d.Probes[1] != ProbeDecided {
+		t.Errorf("dead letters of partition 2 after a mark at 5: %v, want delivered and decided", d.Probes)
 	}
 	// Every key, the records marked included, has an expiry.
 	assertAllKeysExpire(t, c)

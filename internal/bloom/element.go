@@ -68,9 +68,25 @@ const (
 	ReplayedDelivered
 )
 
-// probed is a probe's answer when its source was not delivered before:
-// never returned as a verdict (Decision.Delivered carries it).
-const probed Verdict = 255
+// ProbeAnswer is Decide's answer for a probe.
+type ProbeAnswer uint8
+
+const (
+	// ProbeNew: not decided before (now it is).
+	ProbeNew ProbeAnswer = iota
+	// ProbeDecided: decided before and not delivered: its replica may be
+	// delivering it still, or died before it did.
+	ProbeDecided
+	// ProbeDelivered: delivered before.
+	ProbeDelivered
+)
+
+// probed and answerDecided carry a probe's answers ProbeNew and
+// ProbeDecided through decode; never returned as verdicts.
+const (
+	probed        Verdict = 255
+	answerDecided Verdict = 254
+)
 
 var verdictNames = [...]string{"invalid", "first_seen", "duplicate", "replayed_first_seen", "replayed_duplicate", "replay_unknown", "late", "future", "replayed_delivered"}
 

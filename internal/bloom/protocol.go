@@ -125,7 +125,8 @@ const (
 	codeReplayedDup   = 'd' // decided before: dropped
 	codeReplayUnknown = 'u' // older than the record's horizon or floor
 	codeDelivered     = 'k' // below the record's delivered mark (an element or a probe)
-	codeNotDelivered  = 'x' // a probe at or above it
+	codeProbeDecided  = 'y' // a probe above it and below the watermark
+	codeProbeNew      = 'x' // a probe at or above the watermark
 	replyRefused      = '!'
 	replyWanted       = '+'
 )

@@ -58,7 +58,7 @@ func TestScriptProtocol(t *testing.T) {
 		}
 	}
 	for code, name := range map[byte]string{codeNew: "N", codeDuplicate: "D", codeUntested: "U", codeReplayedNew: "n",
-		codeReplayedDup: "d", codeReplayUnknown: "u", codeDelivered: "k", codeNotDelivered: "x", replyRefused: "!", replyWanted: "+"} {
+		codeReplayedDup: "d", codeReplayUnknown: "u", codeDelivered: "k", codeProbeDecided: "y", codeProbeNew: "x", replyRefused: "!", replyWanted: "+"} {
 		if !strings.Contains(src, "'"+name+"'") {
 			t.Errorf("script never writes reply code %q (%s)", code, name)
 		}

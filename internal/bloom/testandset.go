@@ -52,9 +52,8 @@ func (f *Filter) TestAndSet(ctx context.Context, elems []Element) ([]Verdict, er
 type Decision struct {
 	// Verdicts has one verdict per element, in their order.
 	Verdicts []Verdict
-	// Delivered has one answer per probe, in their order: whether its
-	// source was delivered before (below its partition's delivered mark).
-	Delivered []bool
+	// Probes has one answer per probe, in their order.
+	Probes []ProbeAnswer
 	// records are the decision records the call read: Filter.Delivered
 	// raises their marks.
 	records []shardPartition
@@ -62,9 +61,10 @@ type Decision struct {
 
 // Decide is TestAndSet with probes: sources the caller does not test
 // (input it dead-letters) but asks, in the same call, whether they were
-// delivered before (see "Delivered marks" in the package doc). A probe is
-// read from its partition's home record, written by every Delivered; it
-// counts as a source of the batch, so it must not be one of elems'.
+// decided or delivered before (see "Delivered marks" in the package doc).
+// A probe is read from, and noted as decided in, its partition's home
+// record, which every Delivered marks; it counts as a source of the batch,
+// so it must not be one of elems'.
 func (f *Filter) Decide(ctx context.Context, elems []Element, probes []Source) (Decision, error) {
 	if len(elems)+len(probes) == 0 {
 		return Decision{}, nil
@@ -110,9 +110,14 @@ func (f *Filter) Decide(ctx context.Context, elems []Element, probes []Source) (
 func (b *batch) decision(out []Verdict, nElems int) Decision {
 	d := Decision{Verdicts: out[:nElems:nElems]}
 	if n := len(out) - nElems; n > 0 {
-		d.Delivered = make([]bool, n)
+		d.Probes = make([]ProbeAnswer, n)
 		for i, v := range out[nElems:] {
-			d.Delivered[i] = v == ReplayedDelivered
+			switch v {
+			case ReplayedDelivered:
+				d.Probes[i] = ProbeDelivered
+			case answerDecided:
+				d.Probes[i] = ProbeDecided
+			}
 		}
 	}
 	d.records = make([]shardPartition, len(b.runs))
@@ -377,8 +382,10 @@ func (f *Filter) decode(b *batch, order []int, res string, out []Verdict) error 
 			v = ReplayUnknown
 		case codeDelivered:
 			v = ReplayedDelivered
-		case codeNotDelivered:
+		case codeProbeNew:
 			v = probed
+		case codeProbeDecided:
+			v = answerDecided
 		default:
 			return fmt.Errorf("%w: test-and-set returned verdict %q", ErrRedis, res[k])
 		}

@@ -6,8 +6,9 @@
 -- filtered (the caller's choice, or its bucket group past its deadline by
 -- this server's clock), n/d a replay decided new/duplicate before, u a
 -- replay older than the record, k a replay delivered before; for a probe
--- (group probeGroup), k or x, not delivered; then, when stages are due
--- ahead, '+' and those stages as above.
+-- (group probeGroup), k, y decided before and not delivered, or x not
+-- decided before (and now, under the record's watermark); then, when
+-- stages are due ahead, '+' and those stages as above.
 
 -- The test of a bucket of any kind against candidates, for neighbours.
 local function testBucket(ref, xs, n, hit)
@@ -45,7 +46,7 @@ for p = 1, #runs, runStride do
 		if off < delivered then
 			verdict[y] = 'k'
 		elseif g == probeGroup then
-			verdict[y] = 'x'
+			verdict[y] = (off < mark and off >= floor) and 'y' or 'x'
 		elseif off < mark then
 			if off >= mark - R and off >= floor then
 				nr = nr + 1
@@ -133,12 +134,13 @@ for i = 0, 50 do pow2[i] = 2 ^ i end
 for r = 1, nrec do
 	local key, mark, a, z = records[r][1], records[r][2], records[r][3], records[r][4]
 	local args, m = ARGS, 0
-	local start, last, val, first
+	local start, last, val, first, high
 	for y = a, z do
 		local v = verdict[y]
 		if v == 'N' or v == 'D' or v == 'U' then
 			local off = offOf[y]
 			first = first or off
+			high = off
 			local b = (v == 'D') and 0 or 1
 			if start and off - start < 50 and start % R + (off - start) < R then
 				val = val * pow2[off - last] + b
@@ -151,14 +153,21 @@ for r = 1, nrec do
 				start, val = off, b
 			end
 			last = off
+		elseif v == 'x' then
+			-- A probe decided now: under the watermark, without a decision
+			-- bit, so that its replay is known as decided ('y').
+			first = first or offOf[y]
+			high = offOf[y]
 		end
 	end
 	if start then
 		args[m + 1], args[m + 2], args[m + 3], args[m + 4] =
 			'SET', 'u' .. (last - start + 1), fmt('%d', recordRingBit + start % R), fmt('%d', val)
 		m = m + 4
-		if last >= mark then
-			args[m + 1], args[m + 2], args[m + 3], args[m + 4] = 'SET', 'u63', '0', fmt('%d', last + 1)
+	end
+	if high then
+		if high >= mark then
+			args[m + 1], args[m + 2], args[m + 3], args[m + 4] = 'SET', 'u63', '0', fmt('%d', high + 1)
 			m = m + 4
 		end
 		if mark == 0 and first > 0 then
