@@ -41,6 +41,10 @@ type Config struct {
 	OutputTopic string `envconfig:"OUTPUT_TOPIC" required:"true"`
 	// DLQTopic receives input that cannot be deduplicated. Required.
 	DLQTopic string `envconfig:"DLQ_TOPIC" required:"true"`
+	// DuplicatesTopic, when set, receives every copy dropped as a
+	// duplicate, unchanged with dedupe-source and dedupe-verdict:
+	// duplicate. Default: empty, copies are dropped.
+	DuplicatesTopic string `envconfig:"DUPLICATES_TOPIC"`
 	// GroupID is the consumer group. Default: dedupe-<pipeline>.
 	GroupID string `envconfig:"GROUP_ID"`
 	// RedisAddrs are host:port, comma-separated: one is a standalone server,
@@ -150,11 +154,16 @@ type Config struct {
 	KafkaSessionTimeout time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT"`
 	// ShutdownTimeout bounds the shutdown after SIGTERM. Default: 30s.
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
+	// FailOpenAfter, when set, forwards valid events unchecked (with
+	// dedupe-verdict: unchecked) once the filter has failed for this long,
+	// until Redis answers again: nothing is lost, copies pass. Default:
+	// empty, off: the worker waits, not ready, while Redis fails.
+	FailOpenAfter time.Duration `envconfig:"FAIL_OPEN_AFTER"`
 	// HandoffWait is how long a replica that takes over a partition waits
 	// for the batches the previous owner decided to be marked delivered
 	// before it forwards them again (consumer.Config.HandoffWait); 0
-	// forwards them at once. Default: 5s.
-	HandoffWait time.Duration `envconfig:"HANDOFF_WAIT" default:"5s"`
+	// forwards them at once. Default: 2s.
+	HandoffWait time.Duration `envconfig:"HANDOFF_WAIT" default:"2s"`
 
 	// KafkaTLS connects to every broker over TLS. A CA or client
 	// certificate file turns it on as well. Default: false.

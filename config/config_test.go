@@ -123,6 +123,11 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{"DEDUPE_START_OFFSET", "yesterday"},
 		{"DEDUPE_START_OFFSET", "-1h"},
 		{"DEDUPE_WINDOW_GRACE", "1m"},
+		{"DEDUPE_DUPLICATES_TOPIC", "bad/topic"},
+		{"DEDUPE_DUPLICATES_TOPIC", "click-log-dlq"},
+		{"DEDUPE_FAIL_OPEN_AFTER", "500ms"},
+		{"DEDUPE_FAIL_OPEN_AFTER", "-1s"},
+		{"DEDUPE_HANDOFF_WAIT", "-1s"},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
 			setValidEnvFile(t, "clicks.env")
@@ -398,6 +403,8 @@ func TestLibraryLimits(t *testing.T) {
 		{"MAX_GROWTH", fmt.Sprint(bloom.MaxGrowthFactor), fmt.Sprint(bloom.MaxGrowthFactor + 1), fmt.Sprintf("to %d", bloom.MaxGrowthFactor)},
 		{"MEMORY_FACTOR", fmt.Sprint(bloom.MaxMemoryFactor), fmt.Sprint(bloom.MaxMemoryFactor + 0.5), fmt.Sprintf("to %d", bloom.MaxMemoryFactor)},
 		{"SHARDS", fmt.Sprint(bloom.MaxShards), fmt.Sprint(bloom.MaxShards + 1), fmt.Sprintf("want 1 to %d", bloom.MaxShards)},
+		{"HANDOFF_WAIT", consumer.MaxHandoffWait.String(), (consumer.MaxHandoffWait + time.Second).String(), "want 0 to 1m"},
+		{"FAIL_OPEN_AFTER", "24h0m0s", "24h0m1s", "want empty (off) or 1s to 24h"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			setValidEnvFile(t, "clicks.env")

@@ -45,6 +45,10 @@ func (c Config) Validate() error {
 		return bad("DLQ_TOPIC", "%q is not a Kafka topic name", c.DLQTopic)
 	case c.OutputTopic == c.InputTopic || c.DLQTopic == c.InputTopic:
 		return bad("OUTPUT_TOPIC", "output and dead-letter topics must differ from the input topic %q", c.InputTopic)
+	case c.DuplicatesTopic != "" && !topicPattern.MatchString(c.DuplicatesTopic):
+		return bad("DUPLICATES_TOPIC", "%q is not a Kafka topic name", c.DuplicatesTopic)
+	case c.DuplicatesTopic != "" && (c.DuplicatesTopic == c.InputTopic || c.DuplicatesTopic == c.OutputTopic || c.DuplicatesTopic == c.DLQTopic):
+		return bad("DUPLICATES_TOPIC", "%q: want a topic of its own, not the input, output or dead-letter topic", c.DuplicatesTopic)
 	case c.GroupID == "" || len(c.GroupID) > 255:
 		return bad("GROUP_ID", "want 1 to 255 characters")
 	case len(c.RedisAddrs) == 0 || hasEmpty(c.RedisAddrs):
@@ -84,6 +88,8 @@ func (c Config) Validate() error {
 			shortDuration(consumer.MaxSessionTimeout))
 	case c.ShutdownTimeout < time.Second || c.ShutdownTimeout > 10*time.Minute:
 		return bad("SHUTDOWN_TIMEOUT", "%v: want 1s to 10m", c.ShutdownTimeout)
+	case c.FailOpenAfter != 0 && (c.FailOpenAfter < time.Second || c.FailOpenAfter > 24*time.Hour):
+		return bad("FAIL_OPEN_AFTER", "%v: want empty (off) or 1s to 24h", c.FailOpenAfter)
 	case c.HandoffWait < 0 || c.HandoffWait > consumer.MaxHandoffWait:
 		return bad("HANDOFF_WAIT", "%v: want 0 to %v", c.HandoffWait, consumer.MaxHandoffWait)
 	case c.RedisMinReplicas < 0 || c.RedisMinReplicas > 5:

@@ -155,12 +155,18 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 		TLS: kafkaTLS, SASL: mech})
 	dlq := sink.New(sink.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.DLQTopic, BatchSize: cfg.BatchSize, Timeout: cfg.KafkaTimeout, Logger: log,
 		TLS: kafkaTLS, SASL: mech})
+	var dups *sink.Writer
+	if cfg.DuplicatesTopic != "" {
+		dups = sink.New(sink.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.DuplicatesTopic, BatchSize: cfg.BatchSize, Timeout: cfg.KafkaTimeout,
+			Logger: log, TLS: kafkaTLS, SASL: mech})
+	}
 	w, err := consumer.New(consumer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID,
 		BatchSize: cfg.BatchSize, BatchLinger: cfg.BatchLinger, KafkaTimeout: cfg.KafkaTimeout,
-		ShutdownTimeout: cfg.ShutdownTimeout, HandoffWait: cfg.HandoffWait, SessionTimeout: cfg.KafkaSessionTimeout, Extractor: ex, Logger: log, Metrics: metrics,
+		ShutdownTimeout: cfg.ShutdownTimeout, HandoffWait: cfg.HandoffWait, FailOpenAfter: cfg.FailOpenAfter, SessionTimeout: cfg.KafkaSessionTimeout, Extractor: ex, Logger: log, Metrics: metrics,
 		TLS: kafkaTLS, SASL: mech, Now: now, DeadLetterLate: cfg.LatePolicy == config.LateDeadLetter, Shadow: cfg.Mode == config.ModeShadow,
-		Start: consumer.Start{Latest: start.Latest, At: start.Time(now())},
+		Start:      consumer.Start{Latest: start.Latest, At: start.Time(now())},
+		Duplicates: producerOrNil(dups),
 	}, filter, out, dlq)
 	if err != nil {
 		return err
@@ -181,7 +187,13 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 		// A writer flushes nothing here (every write is waited for), but
 		// its Close has no deadline of its own.
 		closed := make(chan error, 1)
-		go func() { closed <- errors.Join(out.Close(), dlq.Close()) }()
+		go func() {
+			err := errors.Join(out.Close(), dlq.Close())
+			if dups != nil {
+				err = errors.Join(err, dups.Close())
+			}
+			closed <- err
+		}()
 		var werr error
 		select {
 		case werr = <-closed:
@@ -228,6 +240,14 @@ func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() tim
 	errs := []error{runErr, closeAll()}
 	log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// producerOrNil is w as a consumer.Producer, nil (no producer) when w is.
+func producerOrNil(w *sink.Writer) consumer.Producer {
+	if w == nil {
+		return nil
+	}
+	return w
 }
 
 // CloseTimeout bounds closing the producers and the HTTP server at the end

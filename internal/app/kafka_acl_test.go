@@ -20,6 +20,7 @@ import (
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/clickstream"
+	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/testenv"
 	"dedupe-worker/internal/testenv/replicas"
@@ -130,10 +131,18 @@ func parseKafkaACL(line string) ([]kafkaRight, error) {
 }
 
 // readmeKafkaACLs are the rights of the README's Kafka ACLs (the lines of
-// the fenced block after "<!-- kafka-acl -->", written for the pipeline
-// clicks), with the pipeline's names replaced by names[resource+" "+name].
-// It fails the test on a line it cannot read or a name it cannot replace.
+// the fenced block after "<!-- kafka-acl -->", and of the one after
+// "<!-- kafka-acl-duplicates -->" for DEDUPE_DUPLICATES_TOPIC, written for
+// the pipeline clicks), with the pipeline's names replaced by
+// names[resource+" "+name]. It fails the test on a line it cannot read or
+// a name it cannot replace.
 func readmeKafkaACLs(t *testing.T, names map[string]string) []kafkaRight {
+	t.Helper()
+	return append(readmeKafkaBlock(t, "<!-- kafka-acl -->", names), readmeKafkaBlock(t, "<!-- kafka-acl-duplicates -->", names)...)
+}
+
+// readmeKafkaBlock is readmeKafkaACLs for the block after marker.
+func readmeKafkaBlock(t *testing.T, marker string, names map[string]string) []kafkaRight {
 	t.Helper()
 	f, err := os.Open("../../README.md")
 	if err != nil {
@@ -146,7 +155,7 @@ func readmeKafkaACLs(t *testing.T, names map[string]string) []kafkaRight {
 	for sc.Scan() {
 		l := strings.TrimSpace(sc.Text())
 		switch {
-		case l == "<!-- kafka-acl -->":
+		case l == marker:
 			found = true
 			continue
 		case !found:
@@ -155,7 +164,7 @@ func readmeKafkaACLs(t *testing.T, names map[string]string) []kafkaRight {
 			fence = true
 			continue
 		case !fence:
-			t.Fatalf("README: %q between <!-- kafka-acl --> and its block", l)
+			t.Fatalf("README: %q between %s and its block", l, marker)
 		}
 		if strings.HasPrefix(l, "```") {
 			break
@@ -177,7 +186,7 @@ func readmeKafkaACLs(t *testing.T, names map[string]string) []kafkaRight {
 		t.Fatal(err)
 	}
 	if len(rights) == 0 {
-		t.Fatal("README: no Kafka ACLs after <!-- kafka-acl -->")
+		t.Fatalf("README: no Kafka ACLs after %s", marker)
 	}
 	return rights
 }
@@ -192,12 +201,12 @@ func workerKafkaACLs(t *testing.T) []kafkaRight {
 	cfg := secureConfig(nil, nil)
 	rights := readmeKafkaACLs(t, map[string]string{
 		"topic click-log": cfg.InputTopic, "topic click-log-deduped": cfg.OutputTopic, "topic click-log-dlq": cfg.DLQTopic,
-		"group dedupe-clicks": cfg.GroupID,
+		"topic click-log-duplicates": aclDuplicatesTopic, "group dedupe-clicks": cfg.GroupID,
 	})
 	// The scenarios below take away each right the README gives; these
-	// four must be among them.
+	// five must be among them.
 	for _, want := range []kafkaRight{{"Read", "topic", cfg.InputTopic}, {"Read", "group", cfg.GroupID},
-		{"Write", "topic", cfg.OutputTopic}, {"Write", "topic", cfg.DLQTopic}} {
+		{"Write", "topic", cfg.OutputTopic}, {"Write", "topic", cfg.DLQTopic}, {"Write", "topic", aclDuplicatesTopic}} {
 		if !slices.Contains(rights, want) {
 			t.Fatalf("README's Kafka ACLs, for the test's names: %v; want %v among them", rights, want)
 		}
@@ -215,19 +224,23 @@ func startACLKafka(t *testing.T, pass string, rights []kafkaRight) *testenv.Kafk
 	for _, r := range rights {
 		acls = append(acls, r.acl("User:"+aclWorkerUser))
 	}
-	return testenv.StartKafka(t, testenv.Topics{"in": 2, "out": 2, "dlq": 2}, kfake.EnableSASL(), kfake.EnableACLs(),
+	return testenv.StartKafka(t, testenv.Topics{"in": 2, "out": 2, "dlq": 2, aclDuplicatesTopic: 2}, kfake.EnableSASL(), kfake.EnableACLs(),
 		kfake.Superuser(config.SASLScramSHA256, "admin", adminPass),
 		kfake.User(config.SASLScramSHA256, aclWorkerUser, pass, acls...),
 	).WithClientOptions(kgo.RequestRetries(3), kgo.SASL(kgoscram.Auth{User: "admin", Pass: adminPass}.AsSha256Mechanism()))
 }
 
 // aclConfig is the secured tests' worker on k as aclWorkerUser, with a
-// Redis without users.
+// Redis without users, writing the copies it drops to aclDuplicatesTopic.
 func aclConfig(k *testenv.Kafka, redisAddr, pass string) config.Config {
 	cfg := secureConfig(k.Addrs(), []string{redisAddr})
 	cfg.KafkaSASLMechanism, cfg.KafkaSASLUsername, cfg.KafkaSASLPassword = config.SASLScramSHA256, aclWorkerUser, config.Secret(pass)
+	cfg.DuplicatesTopic = aclDuplicatesTopic
 	return cfg
 }
+
+// aclDuplicatesTopic is the ACL tests' DEDUPE_DUPLICATES_TOPIC.
+const aclDuplicatesTopic = "dups"
 
 func TestParseKafkaACL(t *testing.T) {
 	const head = "kafka-acls.sh --bootstrap-server B --add --allow-principal User:dedupe-clicks "
@@ -279,6 +292,18 @@ func TestRunUnderTheREADMEKafkaACLs(t *testing.T) {
 	start := time.Now()
 	r := replicas.Start(t, cfg, Run, logger)
 	endToEnd(t, k, r)
+	// The 10 copies dropped, each once, unchanged, marked.
+	dups := k.Read(aclDuplicatesTopic)
+	sources := map[string]bool{}
+	for _, rec := range dups {
+		sources[clickstream.Header(rec, record.SourceHeader)] = true
+		if v := clickstream.Header(rec, record.VerdictHeader); v != "duplicate" {
+			t.Errorf("a copy in %s has dedupe-verdict %q", aclDuplicatesTopic, v)
+		}
+	}
+	if len(dups) != 10 || len(sources) != 10 {
+		t.Errorf("%s holds %d records of %d sources; want the 10 copies dropped", aclDuplicatesTopic, len(dups), len(sources))
+	}
 	m := r.Metrics()
 	if err := r.Stop(); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -447,7 +472,7 @@ func TestRunWithoutEachKafkaRight(t *testing.T) {
 				t.Errorf("without %v the worker answered ready before it stopped", missing)
 			}
 			// What the missing right guards got nothing.
-			guarded := []string{cfg.OutputTopic, cfg.DLQTopic}
+			guarded := []string{cfg.OutputTopic, cfg.DLQTopic, aclDuplicatesTopic}
 			if missing.Op == "Write" {
 				guarded = []string{missing.Name}
 			}

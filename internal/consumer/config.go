@@ -76,6 +76,12 @@ type Config struct {
 	// for the marks before forwarding them again; a shutdown ends the wait.
 	// Zero (unlike the other fields): no wait, from 0 to MaxHandoffWait.
 	HandoffWait time.Duration
+	// FailOpenAfter, when not zero, forwards valid events unchecked (with
+	// record.VerdictHeader record.Unchecked, counted) once the filter has
+	// failed for this long, until it answers again: nothing is lost and
+	// copies pass. Zero: the worker waits, not ready, as long as the
+	// filter fails.
+	FailOpenAfter time.Duration
 	// DeadLetterLate sends events the filter finds Late or Future to the
 	// dead-letter topic (reasons late and future) instead of forwarding
 	// them undeduplicated with the UndeduplicatedHeader.
@@ -87,6 +93,12 @@ type Config struct {
 	Shadow bool
 	// Now is the clock of the event-time lag, the filter's. Default: time.Now.
 	Now func() time.Time
+
+	// Duplicates, when set, receives every copy dropped as a duplicate
+	// (drop mode), unchanged with its source and record.VerdictHeader
+	// duplicate, acknowledged before the batch is committed. Default:
+	// none, copies are dropped.
+	Duplicates Producer
 
 	// Extractor reads each message's ID and event time. Required.
 	Extractor *Extractor
@@ -145,6 +157,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("consumer: session timeout %v: want %v to %v", c.SessionTimeout, MinSessionTimeout, MaxSessionTimeout)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("consumer: shutdown timeout %v: want 0 or more", c.ShutdownTimeout)
+	case c.FailOpenAfter < 0:
+		return fmt.Errorf("consumer: fail-open delay %v: want 0 (off) or more", c.FailOpenAfter)
 	case c.HandoffWait < 0 || c.HandoffWait > MaxHandoffWait:
 		return fmt.Errorf("consumer: hand-off wait %v: want 0 to %v", c.HandoffWait, MaxHandoffWait)
 	}

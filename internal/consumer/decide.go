@@ -8,6 +8,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/retry"
 )
 
 // decide extracts the IDs of a batch and runs its test-and-set, retrying
@@ -62,21 +64,18 @@ func (w *Worker) decide(ctx, stopping context.Context, b *buffers) error {
 
 	// Before the call, what this worker asked before of each partition:
 	// a replay above it was decided by another replica.
-	askedBefore := w.noteAsked(elems)
-	var d bloom.Decision
-	err := w.retry(ctx, &w.deciding, StepDecide, "", func(ctx context.Context) error {
-		t := time.Now()
-		var err error
-		d, err = w.filter.Decide(ctx, elems, probes)
-		w.m.redisSeconds.Observe(time.Since(t).Seconds())
-		return err
-	})
+	askedBefore := w.noteAsked(elems, probes)
+	d, unchecked, err := w.callFilter(ctx, elems, probes)
 	if err != nil {
 		return err
 	}
-	b.decision = d
+	b.decision, b.unchecked = d, unchecked
+	if unchecked {
+		w.forwardUnchecked(b)
+		return nil
+	}
 	if w.cfg.HandoffWait > 0 {
-		if err := w.awaitHandoff(ctx, stopping, elems, d.Verdicts, askedBefore); err != nil {
+		if err := w.awaitHandoff(ctx, stopping, elems, probes, d, askedBefore); err != nil {
 			return err
 		}
 	}
@@ -85,7 +84,7 @@ func (w *Worker) decide(ctx, stopping context.Context, b *buffers) error {
 	skipped, replayed := 0, 0
 	dead := b.dead[:0]
 	for k, u := range undecided {
-		if d.Delivered[k] {
+		if d.Probes[k] == bloom.ProbeDelivered {
 			skipped++
 			continue
 		}
@@ -97,7 +96,8 @@ func (w *Worker) decide(ctx, stopping context.Context, b *buffers) error {
 		}
 		dead = w.deadLetter(dead, m, u.why)
 	}
-	out := b.out[:0]
+	out, dups := b.out[:0], b.dups[:0]
+	keepDups := w.cfg.Duplicates != nil && !w.cfg.Shadow
 	// counts are by verdict: any value of the type has a place.
 	var counts [math.MaxUint8 + 1]int
 	// Per input partition, first and duplicate verdicts: a batch holds a
@@ -143,9 +143,12 @@ func (w *Worker) decide(ctx, stopping context.Context, b *buffers) error {
 				Headers: headers.with(m, id, kafka.Header{Key: record.VerdictHeader, Value: verdict.Value()})})
 		case verdict == record.First:
 			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time, Headers: headers.with(m, id)})
+		case keepDups:
+			dups = append(dups, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
+				Headers: headers.with(m, id, kafka.Header{Key: record.VerdictHeader, Value: record.Duplicate.Value()})})
 		}
 	}
-	b.out, b.dead = out, dead
+	b.out, b.dead, b.dups = out, dead, dups
 	for v, n := range counts {
 		if n > 0 {
 			w.m.verdicts.WithLabelValues(bloom.Verdict(v).String()).Add(float64(n))
@@ -258,12 +261,130 @@ func countPartition(perPartition []partitionCount, p int32, v record.Verdict) []
 	return append(perPartition, c)
 }
 
-// noteAsked records, per partition, the highest offset of elems this
-// worker asked the filter about (asked), and returns what it held before.
-func (w *Worker) noteAsked(elems []bloom.Element) map[int32]int64 {
+// callFilter is the batch's test-and-set, retried until it succeeds or
+// ctx ends; with FailOpenAfter, until the filter has failed for that long
+// (unchecked is then true, and the decision empty). While the episode
+// lasts the filter is tried again at most every failOpenRetry, each batch
+// in between going unchecked at once; the first call that succeeds ends
+// it. The worker is not ready while the filter fails, unchecked or not.
+func (w *Worker) callFilter(ctx context.Context, elems []bloom.Element, probes []bloom.Source) (d bloom.Decision, unchecked bool, err error) {
+	call := func(ctx context.Context) error {
+		t := time.Now()
+		var err error
+		d, err = w.filter.Decide(ctx, elems, probes)
+		w.m.redisSeconds.Observe(time.Since(t).Seconds())
+		return err
+	}
+	if w.cfg.FailOpenAfter == 0 {
+		return d, false, w.retry(ctx, &w.deciding, StepDecide, "", call)
+	}
+	fo := &w.failOpen
+	if fo.open && time.Since(fo.tried) < failOpenRetry {
+		return bloom.Decision{}, true, nil
+	}
+	err = retry.Do(ctx, retry.Calls, call, func(err error, wait time.Duration) error {
+		w.deciding.Store(false)
+		if permanent(err) {
+			return w.stageError(StepDecide, "", err)
+		}
+		w.m.errors.WithLabelValues(StepDecide).Inc()
+		now := time.Now()
+		if fo.since.IsZero() {
+			fo.since = now
+		}
+		if fo.open || now.Sub(fo.since) >= w.cfg.FailOpenAfter {
+			fo.tried = now
+			if !fo.open {
+				fo.open = true
+				w.log.Error("the filter has failed for DEDUPE_FAIL_OPEN_AFTER: forwarding valid events unchecked (dedupe-verdict: unchecked; copies pass) until Redis answers",
+					zap.Duration("failing_for", now.Sub(fo.since)), zap.Error(err))
+			}
+			return errFailOpen
+		}
+		w.log.Warn(stepPhrase(StepDecide)+" failed; retrying", zap.Error(err), zap.Duration("backoff", wait))
+		return nil
+	})
+	switch {
+	case err == nil:
+		w.deciding.Store(true)
+		if fo.open {
+			w.log.Warn("Redis answers again: checking resumed", zap.Duration("failed_for", time.Since(fo.since)))
+		}
+		*fo = failOpenState{}
+		return d, false, nil
+	case errors.Is(err, errFailOpen):
+		return bloom.Decision{}, true, nil
+	}
+	if se, ok := errors.AsType[*StageError](err); ok {
+		return d, false, se
+	}
+	return d, false, fmt.Errorf("%s: %w", stepPhrase(StepDecide), err)
+}
+
+// failOpenState is a failure of the filter as callFilter follows it.
+type failOpenState struct {
+	since time.Time // the first failure of the episode; zero: none
+	open  bool      // events go unchecked
+	tried time.Time // the filter's last try while open
+}
+
+// tryFilter, for an idle worker failing open, asks the filter for an
+// answer at most every failOpenRetry; one ends the episode, as a batch's
+// test-and-set that succeeds would.
+func (w *Worker) tryFilter(ctx context.Context) {
+	fo := &w.failOpen
+	if time.Since(fo.tried) < failOpenRetry {
+		return
+	}
+	fo.tried = time.Now()
+	if err := w.filter.Ping(ctx); err != nil {
+		return
+	}
+	w.deciding.Store(true)
+	w.log.Warn("Redis answers again: checking resumed", zap.Duration("failed_for", time.Since(fo.since)))
+	*fo = failOpenState{}
+}
+
+// errFailOpen ends callFilter's retries once the filter has failed for
+// FailOpenAfter.
+var errFailOpen = errors.New("failing open")
+
+// failOpenRetry is how often a worker failing open tries the filter.
+const failOpenRetry = time.Second
+
+// forwardUnchecked fills b's output from a batch decided without the
+// filter: every valid event forwarded, marked unchecked and counted; what
+// cannot be deduplicated dead-lettered.
+func (w *Worker) forwardUnchecked(b *buffers) {
+	dead, out := b.dead[:0], b.out[:0]
+	for _, u := range b.undecided {
+		m := &b.batch[u.i]
+		if u.noValue {
+			noValue := *m
+			noValue.Value = nil
+			m = &noValue
+		}
+		dead = w.deadLetter(dead, m, u.why)
+	}
+	for k := range b.elems {
+		m := &b.batch[b.idx[k]]
+		out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
+			Headers: b.headers.with(m, kafka.Header{Key: record.IDHeader, Value: b.elems[k].ID},
+				kafka.Header{Key: record.VerdictHeader, Value: uncheckedValue})})
+	}
+	b.out, b.dead, b.dups = out, dead, b.dups[:0]
+	w.m.unchecked.Add(float64(len(b.elems)))
+}
+
+// uncheckedValue is record.Unchecked as a header value, shared.
+var uncheckedValue = []byte(record.Unchecked)
+
+// noteAsked records, per partition, the highest offset of elems and
+// probes this worker asked the filter about (asked), and returns what it
+// held before.
+func (w *Worker) noteAsked(elems []bloom.Element, probes []bloom.Source) map[int32]int64 {
 	before := map[int32]int64{}
-	for i := range elems {
-		src := &elems[i].Source
+	note := func(src *bloom.Source) {
 		if _, ok := before[src.Partition]; !ok {
 			high, seen := w.asked[src.Partition]
 			if !seen {
@@ -275,33 +396,48 @@ func (w *Worker) noteAsked(elems []bloom.Element) map[int32]int64 {
 			w.asked[src.Partition] = src.Offset
 		}
 	}
+	for i := range elems {
+		note(&elems[i].Source)
+	}
+	for i := range probes {
+		note(&probes[i])
+	}
 	return before
 }
 
-// awaitHandoff waits for the replays to forward of a batch (verdicts
-// ReplayedFirstSeen) that another replica decided (above askedBefore):
-// that replica may be delivering them still, having had the partition
-// until the last rebalance. It asks the filter again about those alone,
-// after pauses from handoffPause doubling to handoffPauseMax, until each
-// is marked delivered (ReplayedDelivered: its verdict is changed, and it
-// is skipped), HandoffWait has passed, or stopping ends (a shutdown
-// begins); the rest are forwarded again, as a crashed replica's are. Asking
-// again is safe: each is below its record's watermark and gets its
-// recorded decision.
-func (w *Worker) awaitHandoff(ctx, stopping context.Context, elems []bloom.Element, verdicts []bloom.Verdict, askedBefore map[int32]int64) error {
-	var wait []int
-	for k, v := range verdicts {
-		if v == bloom.ReplayedFirstSeen && elems[k].Source.Offset > askedBefore[elems[k].Source.Partition] {
-			wait = append(wait, k)
+// awaitHandoff waits for the replays to write of a batch that another
+// replica decided (above askedBefore): that replica may be delivering
+// them still, having had the partition until the last rebalance. They are
+// the elements ReplayedFirstSeen (ReplayedDuplicate too in shadow mode or
+// with Config.Duplicates) and the probes ProbeDecided (dead letters). It
+// asks the filter again about those alone, after pauses from
+// handoffPause doubling to handoffPauseMax, until each is marked delivered
+// (its answer in d becomes ReplayedDelivered or ProbeDelivered: it is
+// skipped), HandoffWait has passed, or stopping ends (a shutdown begins);
+// the rest are written again, as a crashed replica's are. Asking again is
+// safe: each is below its record's watermark and gets its recorded
+// decision.
+func (w *Worker) awaitHandoff(ctx, stopping context.Context, elems []bloom.Element, probes []bloom.Source, d bloom.Decision, askedBefore map[int32]int64) error {
+	dupsWritten := w.cfg.Shadow || w.cfg.Duplicates != nil
+	var waitEl, waitPr []int
+	for k, v := range d.Verdicts {
+		if (v == bloom.ReplayedFirstSeen || v == bloom.ReplayedDuplicate && dupsWritten) && elems[k].Source.Offset > askedBefore[elems[k].Source.Partition] {
+			waitEl = append(waitEl, k)
 		}
 	}
-	if len(wait) == 0 {
+	for k, a := range d.Probes {
+		if a == bloom.ProbeDecided && probes[k].Offset > askedBefore[probes[k].Partition] {
+			waitPr = append(waitPr, k)
+		}
+	}
+	if len(waitEl)+len(waitPr) == 0 {
 		return nil
 	}
 	deadline := time.Now().Add(w.cfg.HandoffWait)
 	pause := handoffPause
-	again := make([]bloom.Element, 0, len(wait))
-	for len(wait) > 0 {
+	var againEl []bloom.Element
+	var againPr []bloom.Source
+	for len(waitEl)+len(waitPr) > 0 {
 		t := time.NewTimer(min(pause, max(time.Until(deadline), 0)))
 		select {
 		case <-t.C:
@@ -310,33 +446,45 @@ func (w *Worker) awaitHandoff(ctx, stopping context.Context, elems []bloom.Eleme
 			return nil
 		}
 		if !time.Now().Before(deadline) {
-			w.log.Info("replays another replica decided were not marked delivered in time: forwarding them again",
-				zap.Int("replays", len(wait)), zap.Stringer("first", elems[wait[0]].Source), zap.Duration("waited", w.cfg.HandoffWait))
+			w.log.Info("replays another replica decided were not marked delivered in time: writing them again",
+				zap.Int("replays", len(waitEl)+len(waitPr)), zap.Duration("waited", w.cfg.HandoffWait))
 			return nil
 		}
 		pause = min(2*pause, handoffPauseMax)
-		again = again[:0]
-		for _, k := range wait {
-			again = append(again, elems[k])
+		againEl, againPr = againEl[:0], againPr[:0]
+		for _, k := range waitEl {
+			againEl = append(againEl, elems[k])
 		}
-		var d bloom.Decision
+		for _, k := range waitPr {
+			againPr = append(againPr, probes[k])
+		}
+		var again bloom.Decision
 		err := w.retry(ctx, &w.deciding, StepDecide, "", func(ctx context.Context) error {
 			var err error
-			d, err = w.filter.Decide(ctx, again, nil)
+			again, err = w.filter.Decide(ctx, againEl, againPr)
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		left := wait[:0]
-		for i, k := range wait {
-			if d.Verdicts[i] == bloom.ReplayedDelivered {
-				verdicts[k] = bloom.ReplayedDelivered
+		left := waitEl[:0]
+		for i, k := range waitEl {
+			if again.Verdicts[i] == bloom.ReplayedDelivered {
+				d.Verdicts[k] = bloom.ReplayedDelivered
 			} else {
 				left = append(left, k)
 			}
 		}
-		wait = left
+		waitEl = left
+		leftPr := waitPr[:0]
+		for i, k := range waitPr {
+			if again.Probes[i] == bloom.ProbeDelivered {
+				d.Probes[k] = bloom.ProbeDelivered
+			} else {
+				leftPr = append(leftPr, k)
+			}
+		}
+		waitPr = leftPr
 	}
 	return nil
 }

@@ -15,11 +15,12 @@ import (
 	"dedupe-worker/internal/retry"
 )
 
-// deliver produces a decided batch's output and dead letters, retrying
-// what is not acknowledged until it is or ctx ends, then commits its
-// offsets. A forwarded event the output topic refuses for its content is
-// dead-lettered instead; a dead letter the dead-letter topic refuses stops
-// the worker.
+// deliver produces a decided batch's output, its copies dropped (to
+// Config.Duplicates, when set) and its dead letters, retrying what is not
+// acknowledged until it is or ctx ends, marks the batch delivered, then
+// commits its offsets. A forwarded event or a copy its topic refuses for
+// its content is dead-lettered instead; a dead letter the dead-letter
+// topic refuses stops the worker.
 func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error {
 	batch, fetched := d.batch, d.fetched
 	refused, err := w.produce(ctx, d, w.out, StepProduce, d.out)
@@ -31,6 +32,16 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 		w.m.deadLettered.WithLabelValues(f.reason().String()).Inc()
 	}
 	forwarded := len(d.out) - len(refused)
+	if dups := w.cfg.Duplicates; dups != nil && len(d.dups) > 0 {
+		refused, err := w.produce(ctx, d, dups, StepDuplicates, d.dups)
+		if err != nil {
+			return err
+		}
+		for _, f := range refused {
+			d.dead = append(d.dead, refusedLetter(f))
+			w.m.deadLettered.WithLabelValues(f.reason().String()).Inc()
+		}
+	}
 	refused, err = w.produce(ctx, d, w.dlq, StepDeadLetter, d.dead)
 	if err != nil {
 		return err
@@ -49,7 +60,11 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	// A commit is the highest offset read per partition; kafka-go would
 	// make and merge an entry per message otherwise.
 	d.last = highest(batch, d.last[:0])
-	w.markDelivered(ctx, d)
+	if !d.unchecked {
+		if err := w.markDelivered(ctx, d); err != nil {
+			return err
+		}
+	}
 	// A failed commit loses nothing: the batch is read again and its
 	// decisions are replayed. After a rebalance the commit is refused, so
 	// it is tried three times only. A refused authorization stops the
@@ -86,30 +101,39 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 // markDelivered tells the filter that the batch is delivered up to its
 // highest offset per partition, so that a replay of it (read again by
 // whoever owns the partition next, if the commit does not land) is
-// committed without being forwarded again. It is tried three times; a
-// failure is logged and counted, and the batch is committed all the same:
-// the commit is what keeps it from being read again, the mark only covers
-// a commit that does not land.
-func (w *Worker) markDelivered(ctx context.Context, d *buffers) {
+// committed without being written again. It is retried like every Redis
+// call, not ready while it fails: whoever takes the partition over waits
+// for the mark (HandoffWait), and the batch is committed after it. With
+// FailOpenAfter, it is given up after that long.
+func (w *Worker) markDelivered(ctx context.Context, d *buffers) error {
 	d.upTo = d.upTo[:0]
 	for _, m := range d.last {
 		d.upTo = append(d.upTo, bloom.Source{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset})
 	}
-	tries := 0
-	err := retry.Do(ctx, commitBackoff, func(ctx context.Context) error {
-		tries++
-		return w.filter.Delivered(ctx, d.decision, d.upTo)
-	}, func(err error, _ time.Duration) error {
+	mark := func(ctx context.Context) error { return w.filter.Delivered(ctx, d.decision, d.upTo) }
+	if w.cfg.FailOpenAfter == 0 {
+		return w.retry(ctx, &w.delivering, StepMark, "", mark)
+	}
+	// Failing open, a mark Redis does not take within FailOpenAfter is
+	// given up, so that unchecked batches are not held behind it.
+	var since time.Time
+	err := retry.Do(ctx, retry.Calls, mark, func(err error, wait time.Duration) error {
 		w.m.errors.WithLabelValues(StepMark).Inc()
-		if tries == 3 {
+		if since.IsZero() {
+			since = time.Now()
+		}
+		if time.Since(since) >= w.cfg.FailOpenAfter {
 			return err
 		}
+		w.log.Warn(stepPhrase(StepMark)+" failed; retrying", zap.Error(err), zap.Duration("backoff", wait))
 		return nil
 	})
-	if err != nil {
-		w.log.Warn("marking a batch delivered; committing it all the same (a replay of it would be forwarded again)",
-			zap.String("topic", w.cfg.Topic), zap.Int("partition", d.batch[0].Partition), zap.Int64("offset", d.batch[0].Offset), zap.Error(err))
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("marking a batch delivered failed for DEDUPE_FAIL_OPEN_AFTER: committing it without the mark (were it read again, it would be written again)",
+			zap.Int("partition", d.batch[0].Partition), zap.Int64("offset", d.batch[0].Offset), zap.Error(err))
+		return nil
 	}
+	return err
 }
 
 // refusal is a message its topic refused for its content, and why: an

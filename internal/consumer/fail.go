@@ -65,7 +65,7 @@ func (w *Worker) stageError(step, topic string, err error) *StageError {
 	switch {
 	case errors.Is(err, kafka.GroupAuthorizationFailed):
 		se.Check = "the worker's Kafka user needs Read on group " + w.cfg.GroupID
-	case errors.Is(err, kafka.TopicAuthorizationFailed) && (step == StepProduce || step == StepDeadLetter):
+	case errors.Is(err, kafka.TopicAuthorizationFailed) && (step == StepProduce || step == StepDuplicates || step == StepDeadLetter):
 		se.Check = "the worker's Kafka user needs Write on topic " + topic
 	case errors.Is(err, kafka.TopicAuthorizationFailed):
 		se.Check = "the worker's Kafka user needs Read on topic " + topic

@@ -87,12 +87,16 @@ type buffers struct {
 	idx     []int
 	out     []kafka.Message
 	dead    []kafka.Message
+	// dups are the copies dropped, for Config.Duplicates.
+	dups []kafka.Message
 	// undecided are the input not tested, with their sources as probes.
 	undecided []undecidable
 	probes    []bloom.Source
 	// decision is the test-and-set's answer: its records are marked
 	// delivered once the batch is acknowledged.
 	decision bloom.Decision
+	// unchecked: decided without the filter (fail-open): not marked.
+	unchecked bool
 	// upTo is, per partition, the highest offset the batch delivered.
 	upTo    []bloom.Source
 	offsets batchOffsets

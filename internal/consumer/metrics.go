@@ -21,7 +21,9 @@ type Metrics struct {
 	errors       *prometheus.CounterVec
 	// replays count input decided before: skipped (delivered before, only
 	// committed) or forwarded again (decided, never delivered).
-	replays      *prometheus.CounterVec
+	replays *prometheus.CounterVec
+	// unchecked counts events forwarded without a test-and-set (fail-open).
+	unchecked    prometheus.Counter
 	batchSize    prometheus.Histogram
 	batchSeconds prometheus.Histogram
 	redisSeconds prometheus.Histogram
@@ -51,6 +53,7 @@ const (
 	StepFetch      = "fetch"
 	StepDecide     = "test_and_set"
 	StepProduce    = "produce"
+	StepDuplicates = "duplicates"
 	StepDeadLetter = "dead_letter"
 	StepMark       = "mark_delivered"
 	StepCommit     = "commit"
@@ -69,6 +72,7 @@ var steps = [...]struct{ label, phrase string }{
 	{StepFetch, "fetching"},
 	{StepDecide, "test-and-set"},
 	{StepProduce, "producing"},
+	{StepDuplicates, "writing the copies dropped"},
 	{StepDeadLetter, "dead-lettering"},
 	{StepMark, "marking delivered"},
 	{StepCommit, "committing"},
@@ -131,6 +135,8 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedupe_replays_total",
 			Help:        "Input read again after it was decided (a rebalance, a restart): skipped, delivered before and only committed; or forwarded, decided and never delivered (or older than the decision records).",
 			ConstLabels: l}, []string{"outcome"}),
+		unchecked: prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupe_unchecked_total",
+			Help: "Events forwarded without their test-and-set, with dedupe-verdict: unchecked, while the filter failed (DEDUPE_FAIL_OPEN_AFTER).", ConstLabels: l}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_batch_size",
 			Help: "Messages per batch.", ConstLabels: l, Buckets: prometheus.ExponentialBuckets(1, 2, 15)}),
 		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_batch_seconds",
@@ -165,7 +171,7 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	m.replays.WithLabelValues(ReplaySkipped)
 	m.replays.WithLabelValues(ReplayForwarded)
 	if reg != nil {
-		reg.MustRegister(m.eventsIn, m.forwarded, m.verdicts, m.deadLettered, m.errors, m.replays, m.batchSize, m.batchSeconds, m.redisSeconds,
+		reg.MustRegister(m.eventsIn, m.forwarded, m.verdicts, m.deadLettered, m.errors, m.replays, m.unchecked, m.batchSize, m.batchSeconds, m.redisSeconds,
 			m.fetchToProduce, m.lag, m.eventLag, m.partitionVerdicts)
 	}
 	return m

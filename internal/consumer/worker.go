@@ -47,6 +47,8 @@ import (
 type Filter interface {
 	Decide(ctx context.Context, elems []bloom.Element, probes []bloom.Source) (bloom.Decision, error)
 	Delivered(ctx context.Context, d bloom.Decision, upTo []bloom.Source) error
+	// Ping asks every Redis master the filter uses for an answer.
+	Ping(ctx context.Context) error
 }
 
 // Worker is one consumer-group member.
@@ -79,6 +81,8 @@ type Worker struct {
 	// asked is, per partition, the highest offset this worker asked the
 	// filter about (decide only).
 	asked map[int32]int64
+	// failOpen is the state of a failure of the filter (decide only).
+	failOpen failOpenState
 }
 
 // New returns a Worker; Run starts it. The error says which field of cfg
@@ -93,6 +97,9 @@ func New(cfg Config, filter Filter, out, dlq Producer) (*Worker, error) {
 		return nil, errors.New("consumer: both producers are required")
 	}
 	limit := min(out.MaxMessageBytes(), dlq.MaxMessageBytes()) - headerAllowance
+	if cfg.Duplicates != nil {
+		limit = min(limit, cfg.Duplicates.MaxMessageBytes()-headerAllowance)
+	}
 	if limit < 1 {
 		return nil, fmt.Errorf("consumer: the producers take messages of up to %d bytes, no more than the %d the worker adds in headers",
 			limit+headerAllowance, headerAllowance)
@@ -235,8 +242,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	inFlight := map[int]int64{}
 	for wctx.Err() == nil {
 		b := w.bufs.Get().(*buffers)
-		batch, fetched, err := w.fetch(fctx, r, b)
+		// Failing open, an idle worker still tries the filter every
+		// failOpenRetry, so that it knows when Redis is back.
+		fetchCtx, fetchCancel := fctx, context.CancelFunc(func() {})
+		if w.failOpen.open {
+			fetchCtx, fetchCancel = context.WithTimeout(fctx, failOpenRetry)
+		}
+		batch, fetched, err := w.fetch(fetchCtx, r, b)
+		fetchCancel()
 		b.batch, b.fetched = batch, fetched
+		if err == nil && len(batch) == 0 && w.failOpen.open && fctx.Err() == nil {
+			w.tryFilter(fctx)
+		}
 		if err != nil {
 			stop(w.stageError(StepFetch, w.cfg.Topic, err))
 			break

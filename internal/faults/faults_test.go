@@ -31,6 +31,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"dedupe-worker/internal/clickstream"
+	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/syncbuf"
 	"dedupe-worker/internal/testenv"
@@ -75,6 +76,9 @@ const (
 	inTopic  = "clicks"
 	outTopic = "clicks-out"
 	dlqTopic = "clicks-dlq"
+	// dupsTopic is DEDUPE_DUPLICATES_TOPIC where a scenario sets it
+	// (rig.keepDuplicates).
+	dupsTopic = "clicks-dups"
 	// group is the workers' consumer group (DEDUPE_PIPELINE=faults).
 	group = "dedupe-faults"
 	// events is how many click events each scenario generates (Generate
@@ -92,6 +96,13 @@ type rig struct {
 	// redisAddrs and extraEnv go to every worker.
 	redisAddrs []string
 	extraEnv   []string
+	// failOpen runs the workers with DEDUPE_FAIL_OPEN_AFTER=failOpenAfter;
+	// run then lets a copy pass where one of its ID's records went
+	// unchecked, and no other.
+	failOpen bool
+	// keepDuplicates sends the copies dropped to dupsTopic, and run checks
+	// that it holds exactly those.
+	keepDuplicates bool
 	// replaysUnbounded: the scenario writes copies the worker cannot tell
 	// apart (produce retries), so run does not bound the replays.
 	replaysUnbounded bool
@@ -132,7 +143,7 @@ func newRigBrokers(t *testing.T, brokers int, redisArgs ...string) *rig {
 // newKafkaRig starts the broker; the workers use the Redis at redisAddrs.
 func newKafkaRig(t *testing.T, brokers int, redisAddrs ...string) *rig {
 	t.Helper()
-	k := testenv.StartKafka(t, testenv.Topics{inTopic: 6, outTopic: 6, dlqTopic: 1}, kfake.NumBrokers(brokers))
+	k := testenv.StartKafka(t, testenv.Topics{inTopic: 6, outTopic: 6, dlqTopic: 1, dupsTopic: 6}, kfake.NumBrokers(brokers))
 	admin, err := kgo.NewClient(k.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)
@@ -164,8 +175,17 @@ func (r *rig) start(i int) {
 		// Expected false positives far below one: 200k IDs in a filter for 2M at 1e-9.
 		"DEDUPE_EXPECTED_PER_WINDOW=2000000", "DEDUPE_FALSE_POSITIVE_RATE=1e-9",
 		"DEDUPE_BATCH_SIZE=500", "DEDUPE_BATCH_LINGER=20ms", "DEDUPE_HTTP_ADDR="+w.http, "DEDUPE_LOG_LEVEL=warn",
-		"DEDUPE_REDIS_TIMEOUT=1s", "DEDUPE_KAFKA_TIMEOUT=5s", "DEDUPE_KAFKA_SESSION_TIMEOUT=1s", "DEDUPE_SHUTDOWN_TIMEOUT=10s")
+		"DEDUPE_REDIS_TIMEOUT=1s", "DEDUPE_KAFKA_TIMEOUT=5s", "DEDUPE_KAFKA_SESSION_TIMEOUT=1s", "DEDUPE_SHUTDOWN_TIMEOUT=10s",
+		// As short as the session: a replica that died holds the next
+		// owner's first batch of its partitions that long.
+		"DEDUPE_HANDOFF_WAIT=1s")
 	w.cmd.Env = append(w.cmd.Env, r.extraEnv...)
+	if r.keepDuplicates {
+		w.cmd.Env = append(w.cmd.Env, "DEDUPE_DUPLICATES_TOPIC="+dupsTopic)
+	}
+	if r.failOpen {
+		w.cmd.Env = append(w.cmd.Env, "DEDUPE_FAIL_OPEN_AFTER="+failOpenAfter.String())
+	}
 	w.cmd.Stderr = w.stderr
 	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := w.cmd.Start(); err != nil {
@@ -251,6 +271,22 @@ func (r *rig) metrics() map[int]testenv.Metrics {
 		}
 	}
 	return out
+}
+
+// metricTotal is the sum of a metric over the live workers that answer.
+func (r *rig) metricTotal(name string) float64 {
+	total := 0.0
+	for _, m := range r.metrics() {
+		total += m.Value(name)
+	}
+	return total
+}
+
+// stderr is what worker i has logged so far.
+func (r *rig) stderr(i int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.workers[i].stderr.String()
 }
 
 // eventsIn is dedupe_events_in_total of every live worker that answers.
@@ -617,7 +653,21 @@ func run(t *testing.T, name string, r *rig, replicas, upfront int, fault func(r 
 		peak = max(peak, r.peakRSS(i))
 		r.stop(i)
 	}
-	rep := clickstream.Check(tr, r.k.Read(outTopic), r.k.Read(dlqTopic))
+	out, dead := r.k.Read(outTopic), r.k.Read(dlqTopic)
+	rep := clickstream.Check(tr, out, dead)
+	deadReplays := len(dead) - clickstream.DistinctSources(dead)
+	if r.failOpen {
+		unchecked, unexplained := uncheckedPasses(out)
+		t.Logf("%s: %d records forwarded unchecked; %d IDs passed more than once, of which %d had no unchecked record", name, unchecked, rep.DuplicatesPass, unexplained)
+		if unchecked == 0 {
+			t.Errorf("%s: no record was forwarded unchecked: the worker did not fail open", name)
+		}
+		rep.DuplicatesPass = unexplained
+	}
+	dupReplays := 0
+	if r.keepDuplicates {
+		dupReplays = checkDuplicates(t, name, tr, out, r.k.Read(dupsTopic))
+	}
 	addRow("%-22s %8d %8d %6d %10d %8d %10d %9d %10s %8d %v (run %v)", name, tr.Total, rep.Distinct, rep.Lost, rep.DuplicatesPass,
 		rep.Replays, rep.DeadMissing, faults, fmt.Sprintf("%d/%d", len(r.recoveries), r.tries), peak>>20, recovery.Round(time.Millisecond),
 		time.Since(start).Round(time.Second))
@@ -631,13 +681,75 @@ func run(t *testing.T, name string, r *rig, replicas, upfront int, fault func(r 
 	if !rep.OK() {
 		t.Errorf("%s: %v", name, rep)
 	}
-	// A replay is an event forwarded again. Only a batch acknowledged and
-	// not yet marked delivered when its replica died can be: one per
-	// fault at most, and none where replicas only start and stop.
-	if bound := faults * inFlight; !r.replaysUnbounded && rep.Replays > bound {
-		t.Errorf("%s: %d replays, more than the %d batches of %d one per fault (%d faults) can make", name, rep.Replays, faults, inFlight, faults)
+	// Only a batch acknowledged and not yet marked delivered when its
+	// replica died is written again: one per fault at most, and none where
+	// replicas only start and stop.
+	// A replay is an event written again: forwarded, dead-lettered or
+	// kept as a copy.
+	if n, bound := rep.Replays+deadReplays+dupReplays, faults*inFlight; !r.replaysUnbounded && n > bound {
+		t.Errorf("%s: %d replays (%d forwarded, %d dead-lettered, %d copies kept), more than the %d batches of %d one per fault can make",
+			name, n, rep.Replays, deadReplays, dupReplays, faults, inFlight)
 	}
 	t.Logf("%s: %v", name, rep)
+}
+
+// uncheckedPasses counts the output records forwarded unchecked and the
+// IDs forwarded from more than one source none of whose records is: a
+// copy that passed with nothing to explain it.
+func uncheckedPasses(out []*kgo.Record) (unchecked, unexplained int) {
+	sources := map[string]map[string]bool{}
+	explained := map[string]bool{}
+	for _, rec := range out {
+		id := clickstream.Header(rec, record.IDHeader)
+		if sources[id] == nil {
+			sources[id] = map[string]bool{}
+		}
+		sources[id][clickstream.Header(rec, record.SourceHeader)] = true
+		if clickstream.Header(rec, record.VerdictHeader) == record.Unchecked {
+			unchecked++
+			explained[id] = true
+		}
+	}
+	for id, srcs := range sources {
+		if len(srcs) > 1 && !explained[id] {
+			unexplained++
+		}
+	}
+	return unchecked, unexplained
+}
+
+// failOpenAfter is DEDUPE_FAIL_OPEN_AFTER where a scenario sets it.
+const failOpenAfter = 5 * time.Second
+
+// checkDuplicates checks that the duplicates topic holds exactly the
+// copies dropped: every valid event that is not its ID's first, once by
+// source (a replay of a copy may write it again), none of them forwarded,
+// each of an ID that was. It returns the records beyond one per source.
+func checkDuplicates(t *testing.T, name string, tr clickstream.Truth, out, dups []*kgo.Record) int {
+	t.Helper()
+	forwardedIDs, forwardedSources := map[string]bool{}, map[string]bool{}
+	for _, rec := range out {
+		forwardedIDs[clickstream.Header(rec, record.IDHeader)] = true
+		forwardedSources[clickstream.Header(rec, record.SourceHeader)] = true
+	}
+	sources := map[string]bool{}
+	for _, rec := range dups {
+		src := clickstream.Header(rec, record.SourceHeader)
+		sources[src] = true
+		switch {
+		case forwardedSources[src]:
+			t.Errorf("%s: %s is both forwarded and in the duplicates topic", name, src)
+		case !forwardedIDs[clickstream.Header(rec, record.IDHeader)]:
+			t.Errorf("%s: the copy %s has an ID never forwarded", name, src)
+		case clickstream.Header(rec, record.VerdictHeader) != "duplicate":
+			t.Errorf("%s: the copy %s has no dedupe-verdict: duplicate", name, src)
+		}
+	}
+	if want := tr.Total - tr.Malformed - len(tr.Valid); len(sources) != want {
+		t.Errorf("%s: the duplicates topic holds %d copies (%d records); the input has %d", name, len(sources), len(dups), want)
+	}
+	t.Logf("%s: duplicates topic: %d records, %d copies", name, len(dups), len(sources))
+	return len(dups) - len(sources)
 }
 
 // inFlight is the most events a worker can have forwarded and not marked
@@ -904,6 +1016,64 @@ func TestRedisStall(t *testing.T) {
 	})
 }
 
+// Redis is stopped (SIGSTOP) for 30 s while input arrives. Waiting (the
+// default), both workers are unready throughout and decide everything
+// once Redis is back. Failing open (DEDUPE_FAIL_OPEN_AFTER=5s), they
+// forward the input unchecked after 5 s, marked, each worker saying so
+// once; nothing is lost, a copy passes only where one of its ID's records
+// went unchecked, and once Redis is back nothing more goes unchecked.
+func TestRedisDown(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		name := "redis down 30s, waiting"
+		if open {
+			name = "redis down 30s, fail-open"
+		}
+		t.Run(name, func(t *testing.T) {
+			r := newRig(t)
+			r.failOpen = open
+			chunk := events / 10
+			run(t, name, r, 2, events-3*chunk, func(r *rig) (int, time.Duration) {
+				const down = 30 * time.Second
+				r.waitRead(10_000)
+				r.redis.Pause()
+				stopped := time.Now()
+				r.feed(chunk)
+				unready := func() bool { return !r.ready(0) && !r.ready(1) }
+				testenv.Eventually(t, 5*time.Second, "both workers to be unready while Redis is stopped", unready)
+				if open {
+					testenv.Eventually(t, down-time.Since(stopped), "events forwarded unchecked while Redis is stopped",
+						func() bool { return r.metricTotal("dedupe_unchecked_total") > 0 })
+				}
+				testenv.Throughout(t, down-time.Since(stopped), "both workers unready while Redis is stopped", unready)
+				r.redis.Resume()
+				recovery := r.recoveredAfter(func() { r.feed(chunk) }, 30*time.Second)
+				for i := 0; i < 2; i++ {
+					r.waitReady(i)
+				}
+				// Back to checking: what arrives now is decided.
+				before := r.metricTotal("dedupe_unchecked_total")
+				if open != (before > 0) {
+					t.Errorf("%s: %g events forwarded unchecked during the outage", name, before)
+				}
+				r.feed(len(r.pending))
+				r.waitDecided(60 * time.Second)
+				if after := r.metricTotal("dedupe_unchecked_total"); after != before {
+					t.Errorf("%s: %g more events forwarded unchecked after Redis was back", name, after-before)
+				}
+				for i := 0; i < 2; i++ {
+					log := r.stderr(i)
+					for _, line := range []string{"forwarding valid events unchecked", "checking resumed"} {
+						if n := strings.Count(log, line); open && n != 1 || !open && n != 0 {
+							t.Errorf("%s: worker %d logged %q %d times", name, i, line, n)
+						}
+					}
+				}
+				return 1, recovery
+			})
+		})
+	}
+}
+
 // Redis is killed and restarted from its append-only file (fsync always):
 // filters and decision records survive, and the workers carry on.
 func TestRedisRestartWithAOF(t *testing.T) {
@@ -955,9 +1125,11 @@ func TestRebalances(t *testing.T) {
 
 // A rollout while events flow: each of three replicas is stopped with
 // SIGTERM and started again, one after the other, twice; each new replica
-// is ready before the next is stopped. No event is forwarded twice.
+// is ready before the next is stopped. No event is forwarded twice, and
+// the duplicates topic holds exactly the copies dropped.
 func TestRollout(t *testing.T) {
 	r := newRig(t)
+	r.keepDuplicates = true
 	chunk := events / 8
 	run(t, "rollout x2, 3 replicas", r, 3, chunk, func(r *rig) (int, time.Duration) {
 		var worst time.Duration

@@ -32,8 +32,14 @@ const (
 	UndeduplicatedHeader = "dedupe-undeduplicated"
 	// VerdictHeader is on every deduplicated message forwarded in shadow
 	// mode: what drop mode would have done with it, as a Verdict label
-	// ("first" or "duplicate").
+	// ("first" or "duplicate"); on every copy sent to the duplicates
+	// topic ("duplicate"); and on every event forwarded unchecked
+	// (Unchecked).
 	VerdictHeader = "dedupe-verdict"
+	// Unchecked is the VerdictHeader value of an event forwarded without
+	// its test-and-set, while the filter failed and the worker was set to
+	// fail open: a copy of it may have been forwarded before.
+	Unchecked = "unchecked"
 )
 
 // Verdict is what drop mode does with a deduplicated event: forward it
