@@ -116,8 +116,15 @@ func (w *Worker) markDelivered(ctx context.Context, d *buffers) error {
 	}
 	// Failing open, a mark Redis does not take within FailOpenAfter is
 	// given up, so that unchecked batches are not held behind it.
+	// While it fails the worker is not ready; given up, the filter still
+	// counts as failing (deciding) until a call to it succeeds, so that a
+	// worker whose decide stage waited behind the mark does not turn
+	// ready before it tries the filter itself.
 	var since time.Time
+	defer w.delivering.Store(true)
 	err := retry.Do(ctx, retry.Calls, mark, func(err error, wait time.Duration) error {
+		w.delivering.Store(false)
+		w.deciding.Store(false)
 		w.m.errors.WithLabelValues(StepMark).Inc()
 		if since.IsZero() {
 			since = time.Now()
