@@ -1053,9 +1053,9 @@ func TestRedisStall(t *testing.T) {
 // went unchecked, and once Redis is back nothing more goes unchecked.
 func TestRedisDown(t *testing.T) {
 	for _, open := range []bool{false, true} {
-		name := "redis down 30s, waiting"
+		name := "redis down 30s, wait"
 		if open {
-			name = "redis down 30s, fail-open"
+			name = "redis down 30s, open"
 		}
 		t.Run(name, func(t *testing.T) {
 			r := newRig(t)
