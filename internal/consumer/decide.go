@@ -467,26 +467,25 @@ func (w *Worker) awaitHandoff(ctx, stopping context.Context, elems []bloom.Eleme
 		if err != nil {
 			return err
 		}
-		left := waitEl[:0]
-		for i, k := range waitEl {
-			if again.Verdicts[i] == bloom.ReplayedDelivered {
-				d.Verdicts[k] = bloom.ReplayedDelivered
-			} else {
-				left = append(left, k)
-			}
-		}
-		waitEl = left
-		leftPr := waitPr[:0]
-		for i, k := range waitPr {
-			if again.Probes[i] == bloom.ProbeDelivered {
-				d.Probes[k] = bloom.ProbeDelivered
-			} else {
-				leftPr = append(leftPr, k)
-			}
-		}
-		waitPr = leftPr
+		waitEl = settled(waitEl, again.Verdicts, d.Verdicts, bloom.ReplayedDelivered)
+		waitPr = settled(waitPr, again.Probes, d.Probes, bloom.ProbeDelivered)
 	}
 	return nil
+}
+
+// settled sets answers[k] to delivered for each k of wait whose answer
+// asked again (again, in wait's order) is delivered, and returns the rest
+// of wait, in place.
+func settled[T comparable](wait []int, again, answers []T, delivered T) []int {
+	left := wait[:0]
+	for i, k := range wait {
+		if again[i] == delivered {
+			answers[k] = delivered
+		} else {
+			left = append(left, k)
+		}
+	}
+	return left
 }
 
 // The pauses of awaitHandoff: a replica delivers a batch in milliseconds
