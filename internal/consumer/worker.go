@@ -11,8 +11,12 @@
 //     test-and-set per batch (the Filter), and the messages to forward and
 //     to dead-letter, with the headers of the record format (package
 //     record);
-//   - deliver.go: both written (the Producer, producer.go), then the
-//     offsets committed.
+//   - deliver.go: both written (the Producer, producer.go), the batch
+//     marked delivered, then the offsets committed.
+//
+// handoff.go holds the wait for replays another replica may still be
+// delivering; failopen.go the test-and-set's retries and, with
+// FailOpenAfter, the batches forwarded unchecked.
 //
 // worker.go holds the lifecycle: Run, the shutdown budget, readiness and
 // the retries; config.go the Config, its defaults and limits. start.go
