@@ -23,7 +23,9 @@ type Metrics struct {
 	// committed) or forwarded again (decided, never delivered).
 	replays *prometheus.CounterVec
 	// unchecked counts events forwarded without a test-and-set (fail-open).
-	unchecked    prometheus.Counter
+	unchecked prometheus.Counter
+	// rebalances counts kafka-go's Stats().Rebalances (watchReader).
+	rebalances   prometheus.Counter
 	batchSize    prometheus.Histogram
 	batchSeconds prometheus.Histogram
 	redisSeconds prometheus.Histogram
@@ -137,6 +139,8 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 			ConstLabels: l}, []string{"outcome"}),
 		unchecked: prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupe_unchecked_total",
 			Help: "Events forwarded without their test-and-set, with dedupe-verdict: unchecked, while the filter failed (DEDUPE_FAIL_OPEN_AFTER).", ConstLabels: l}),
+		rebalances: prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupe_rebalances_total",
+			Help: "Consumer-group generations this replica joined (its first join and every rebalance), and reads of a partition restarted because its leader moved: each may read input again.", ConstLabels: l}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_batch_size",
 			Help: "Messages per batch.", ConstLabels: l, Buckets: prometheus.ExponentialBuckets(1, 2, 15)}),
 		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dedupe_batch_seconds",
@@ -171,7 +175,7 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	m.replays.WithLabelValues(ReplaySkipped)
 	m.replays.WithLabelValues(ReplayForwarded)
 	if reg != nil {
-		reg.MustRegister(m.eventsIn, m.forwarded, m.verdicts, m.deadLettered, m.errors, m.replays, m.unchecked, m.batchSize, m.batchSeconds, m.redisSeconds,
+		reg.MustRegister(m.eventsIn, m.forwarded, m.verdicts, m.deadLettered, m.errors, m.replays, m.unchecked, m.rebalances, m.batchSize, m.batchSeconds, m.redisSeconds,
 			m.fetchToProduce, m.lag, m.eventLag, m.partitionVerdicts)
 	}
 	return m

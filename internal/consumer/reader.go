@@ -138,19 +138,25 @@ func GroupTimingsFor(session time.Duration) GroupTimings {
 	}
 }
 
-// watchJoin sets joined once r has joined its group (its first
-// generation), looking every joinPoll until then or until ctx ends; a
-// message fetched sets it at once (fetch). Until
-// then the worker is not ready: a refused group or topic right shows only
-// after kafka-go's own attempts at joining, seconds later. It reads
-// Reader.Stats, which resets its counters; nothing else reads them.
-func (w *Worker) watchJoin(ctx context.Context, r *kafka.Reader) {
+// watchReader reads r's statistics until ctx ends: every joinPoll until
+// r has joined its group (its first generation), then every statsPoll. A
+// message fetched sets joined at once (fetch). Until then the worker is not
+// ready: a refused group or topic right shows only after kafka-go's own
+// attempts at joining, seconds later. Reader.Stats resets its counters, so
+// nothing else reads them; the rebalances it counts go to
+// dedupe_rebalances_total.
+func (w *Worker) watchReader(ctx context.Context, r *kafka.Reader) {
 	t := time.NewTicker(joinPoll)
 	defer t.Stop()
+	slow := false
 	for {
-		if w.joined.Load() || r.Stats().Rebalances > 0 {
+		if n := r.Stats().Rebalances; n > 0 {
+			w.m.rebalances.Add(float64(n))
 			w.joined.Store(true)
-			return
+		}
+		if !slow && w.joined.Load() {
+			slow = true
+			t.Reset(statsPoll)
 		}
 		select {
 		case <-ctx.Done():
@@ -160,5 +166,9 @@ func (w *Worker) watchJoin(ctx context.Context, r *kafka.Reader) {
 	}
 }
 
-// joinPoll is how often watchJoin looks.
-const joinPoll = 50 * time.Millisecond
+const (
+	// joinPoll is how often watchReader looks until the reader has joined.
+	joinPoll = 50 * time.Millisecond
+	// statsPoll is how often it looks then.
+	statsPoll = time.Second
+)

@@ -69,7 +69,7 @@ type Worker struct {
 	fetching, deciding, delivering atomic.Bool
 	// failed is set when a stage failed for good (a *StageError).
 	failed atomic.Bool
-	// joined is set once the reader has joined the group (watchJoin).
+	// joined is set once the reader has joined the group (watchReader).
 	joined atomic.Bool
 	bufs   sync.Pool // of *buffers
 	// maxMessageBytes is the largest input message forwarded or
@@ -182,7 +182,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	fctx, fcancel := context.WithCancel(ctx)
 	defer fcancel()
 	joinDone := make(chan struct{})
-	go func() { defer close(joinDone); w.watchJoin(fctx, r) }()
+	go func() { defer close(joinDone); w.watchReader(fctx, r) }()
 	defer func() { fcancel(); <-joinDone }()
 	var (
 		failOnce sync.Once
