@@ -528,6 +528,8 @@ func TestSecurityContext(t *testing.T) {
 		}
 		if user == nil || *user == 0 {
 			t.Errorf("Deployment %s: want a numeric, non-zero runAsUser", name)
+		} else if want := imageUser(t); *user != want {
+			t.Errorf("Deployment %s: runAsUser %d, the image's USER is %d", name, *user, want)
 		}
 		seccomp := c.SeccompProfile
 		if seccomp == nil {
@@ -805,4 +807,23 @@ func TestKEDAScaledObject(t *testing.T) {
 			t.Errorf("TriggerAuthentication %s: parameters %v, want username and password from DEDUPE_KAFKA_SASL_USERNAME and _PASSWORD", auth.name, params)
 		}
 	}
+}
+
+// imageUser is the numeric user of the Dockerfile's final stage.
+func imageUser(t *testing.T) int64 {
+	t.Helper()
+	stages, err := parseDockerfile(string(readRepoFile(t, "Dockerfile")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, ok := stages[len(stages)-1].last("USER")
+	if !ok {
+		t.Fatal("the Dockerfile's final stage has no USER")
+	}
+	uid, _, _ := strings.Cut(u.args, ":")
+	n, err := strconv.ParseInt(uid, 10, 64)
+	if err != nil {
+		t.Fatalf("the final stage's USER %q is not numeric", u.args)
+	}
+	return n
 }
