@@ -652,10 +652,18 @@ func run(t *testing.T, name string, r *rig, replicas, upfront int, fault func(r 
 	r.waitDecided(120 * time.Second)
 	r.mu.Lock()
 	live := make([]int, 0, len(r.workers))
-	for i := range r.workers {
+	logs := map[int]*syncbuf.Buffer{}
+	for i, w := range r.workers {
 		live = append(live, i)
+		logs[i] = w.stderr
 	}
 	r.mu.Unlock()
+	// The group's generations: the most any worker counted (one that was
+	// there from the start counts them all, if none restarted).
+	var generations float64
+	for _, m := range r.metrics() {
+		generations = max(generations, m.Value("dedupe_rebalances_total"))
+	}
 	var peak int64
 	for _, i := range live {
 		peak = max(peak, r.peakRSS(i))
@@ -671,13 +679,30 @@ func run(t *testing.T, name string, r *rig, replicas, upfront int, fault func(r 
 		if u.unchecked == 0 {
 			t.Errorf("%s: no record was forwarded unchecked: the worker did not fail open", name)
 		}
-		// A batch forwarded unchecked is not marked delivered (Redis is
-		// down): if its partition moves before its commit lands, the new
-		// owner writes it again, after later offsets; and a produce retried
-		// under this load writes copies. Only unchecked records may be
-		// written twice.
-		if rep.Replays > 0 && rep.Replays == u.uncheckedReplays {
-			t.Logf("%s: %d unchecked records written again, %d order breaks with them (see the errors by step)", name, rep.Replays, rep.OrderBreaks)
+		// A partition that moved (the second worker's join is a move) with
+		// batches its previous owner delivered and had not committed is
+		// read again by its new owner, which cannot ask the filter whether
+		// they were delivered while Redis is down: it writes them again,
+		// unchecked, after later offsets. At most the three batches the
+		// previous owner had in hand per move; nothing else is written
+		// twice.
+		moves := max(int(generations)-1, 0)
+		if rep.Replays > 0 && rep.Replays == u.uncheckedReplays && rep.Replays <= moves*3*inFlight {
+			t.Logf("%s: %d unchecked records written again (replays of a partition that moved, %d moves), %d order breaks with them; some of them, by source: %s",
+				name, rep.Replays, moves, rep.OrderBreaks, strings.Join(u.written, "; "))
+			rep.OrderBreaks = 0
+		} else if rep.Replays > 0 {
+			t.Errorf("%s: %d records written again, %d of them unchecked, with %d partition moves (at most %d events may be written again): some of them, by source: %s",
+				name, rep.Replays, u.uncheckedReplays, moves, moves*3*inFlight, strings.Join(u.written, "; "))
+			for i, l := range logs {
+				var kept []string
+				for _, line := range strings.Split(l.String(), "\n") {
+					if !strings.Contains(line, "failed; retrying") {
+						kept = append(kept, line)
+					}
+				}
+				t.Logf("%s: worker %d's log but for the retries:\n%s", name, i, tail(strings.Join(kept, "\n"), 6<<10))
+			}
 			rep.OrderBreaks = 0
 		}
 		rep.DuplicatesPass, rep.Replays = u.unexplained, u.checkedReplays
@@ -718,6 +743,9 @@ type uncheckedCount struct {
 	// Records beyond one per source: of sources with an unchecked record,
 	// and of sources without.
 	uncheckedReplays, checkedReplays int
+	// written is, for a few sources written more than once, each of their
+	// records: its verdict and its place in the output.
+	written []string
 }
 
 // uncheckedPasses counts the output records forwarded unchecked, the IDs
@@ -744,6 +772,15 @@ func uncheckedPasses(out []*kgo.Record) uncheckedCount {
 		if len(srcs) > 1 && !explained[id] {
 			c.unexplained++
 		}
+	}
+	places := map[string][]string{}
+	for _, rec := range out {
+		if src := clickstream.Header(rec, record.SourceHeader); bySource[src] > 1 && (len(places) < 3 || places[src] != nil) {
+			places[src] = append(places[src], fmt.Sprintf("%s at %d/%d", clickstream.Header(rec, record.VerdictHeader), rec.Partition, rec.Offset))
+		}
+	}
+	for src, p := range places {
+		c.written = append(c.written, fmt.Sprintf("%s: %s", src, strings.Join(p, ", ")))
 	}
 	for src, n := range bySource {
 		if uncheckedSource[src] {
