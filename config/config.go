@@ -228,10 +228,14 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 var ErrInvalid = errors.New("invalid configuration")
 
 // Load reads the DEDUPE_* variables of the environment and validates them.
-// The error is one line naming the variable. It starts from Defaults: a
+// A DEDUPE_ variable that names no setting stops it (CheckUnknown). The
+// error is one line naming the variable. It starts from Defaults: a
 // variable not set leaves a field without a default tag at the library's
 // default (envconfig sets only the fields with a variable or a tag).
 func Load() (Config, error) {
+	if err := CheckUnknown(os.Environ()); err != nil {
+		return Config{}, err
+	}
 	c := Defaults()
 	if err := envconfig.Process(Prefix, &c); err != nil {
 		return Config{}, fmt.Errorf("%w: %s", ErrInvalid, oneLine(err))

@@ -487,3 +487,49 @@ func TestDefaultsAreLoadsDefaults(t *testing.T) {
 		t.Fatalf("%d fields with a default tag; the struct has more", n)
 	}
 }
+
+// A DEDUPE_ variable that names no setting stops Load with one line that
+// names it and the nearest setting; the tests' and the scripts' own
+// variables pass, and a name far from every setting gets the list instead
+// of a guess.
+func TestUnknownVariable(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+	}{
+		{"DEDUPE_WINDOWZ", "DEDUPE_WINDOWZ is not a setting; did you mean DEDUPE_WINDOW?"},
+		{"DEDUPE_REDIS_ADDR", "did you mean DEDUPE_REDIS_ADDRS?"},
+		{"DEDUPE_BATCHSIZE", "did you mean DEDUPE_BATCH_SIZE?"},
+		{"DEDUPE_XYZZY_PLUGH_FROB", "not a setting; the variables are listed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			setValidEnvFile(t, "clicks.env")
+			t.Setenv(tc.name, "24h")
+			_, err := Load()
+			if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("Load with %s set: %v; want one line with %q", tc.name, err, tc.want)
+			}
+		})
+	}
+	t.Run("several", func(t *testing.T) {
+		setValidEnvFile(t, "clicks.env")
+		t.Setenv("DEDUPE_WINDOWZ", "24h")
+		t.Setenv("DEDUPE_MAXLAG", "2h")
+		if _, err := Load(); err == nil || !strings.Contains(err.Error(), "DEDUPE_MAXLAG is not a setting (and 1 more: DEDUPE_WINDOWZ)") {
+			t.Errorf("Load with two unknown variables: %v", err)
+		}
+	})
+	t.Run("not settings", func(t *testing.T) {
+		setValidEnvFile(t, "clicks.env")
+		t.Setenv("DEDUPE_TEST_FILTER", "bloom")
+		t.Setenv("DEDUPE_DEBIAN_MIRROR", "x")
+		if _, err := Load(); err != nil {
+			t.Errorf("Load with the tests' and the scripts' variables set: %v", err)
+		}
+	})
+	// Every name Names gives is one Load reads: none is refused.
+	for _, n := range Names() {
+		if err := CheckUnknown([]string{n + "=x"}); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+}

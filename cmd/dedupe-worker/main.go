@@ -103,6 +103,11 @@ func envOr[T any](name string, def T, parse func(string) (T, error)) T {
 }
 
 func plan(args []string, stdout, stderr io.Writer) int {
+	// A misspelt variable would leave its flag at the default unnoticed.
+	if err := config.CheckUnknown(os.Environ()); err != nil {
+		fmt.Fprintln(stderr, "dedupe-worker plan:", err)
+		return 2
+	}
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	// Each flag defaults to the pipeline's variable, or to its default.

@@ -383,3 +383,28 @@ func TestPlanComparesKinds(t *testing.T) {
 		t.Errorf("-filter fingerprint -layout 4x4: exit %d, %q; want 2 and a line naming -layout", code, errb.String())
 	}
 }
+
+// plan refuses a DEDUPE_ variable that names no setting, as the worker
+// does: a misspelt one would leave its flag at the default unnoticed.
+func TestPlanRefusesUnknownVariable(t *testing.T) {
+	t.Setenv("DEDUPE_WINDOWZ", "24h")
+	var out, errb bytes.Buffer
+	if code := run([]string{"plan", "-n", "7000000"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "did you mean DEDUPE_WINDOW?") {
+		t.Errorf("plan with DEDUPE_WINDOWZ set: exit %d, %q; want 2 and a line naming DEDUPE_WINDOW", code, errb.String())
+	}
+}
+
+// The worker refuses to start on a DEDUPE_ variable that names no
+// setting, with one line naming it and the nearest setting, before it
+// connects to anything.
+func TestRunRefusesUnknownVariable(t *testing.T) {
+	for k, v := range map[string]string{"DEDUPE_PIPELINE": "p", "DEDUPE_KAFKA_BROKERS": "127.0.0.1:1", "DEDUPE_INPUT_TOPIC": "in",
+		"DEDUPE_OUTPUT_TOPIC": "out", "DEDUPE_DLQ_TOPIC": "dlq", "DEDUPE_REDIS_ADDRS": "127.0.0.1:1", "DEDUPE_WINDOWZ": "24h"} {
+		t.Setenv(k, v)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"run"}, &out, &errb)
+	if code != 2 || strings.Count(errb.String(), "\n") != 1 || !strings.Contains(errb.String(), "DEDUPE_WINDOWZ is not a setting; did you mean DEDUPE_WINDOW?") {
+		t.Errorf("run with DEDUPE_WINDOWZ set: exit %d, %q; want 2 and one line naming DEDUPE_WINDOW", code, errb.String())
+	}
+}
