@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -91,15 +92,20 @@ func newLogger(level string) (*zap.Logger, error) {
 	return cfg.Build()
 }
 
-// envOr is the value of variable name (DEDUPE_ and name) read as def
-// reads it, or def when it is not set or cannot be read.
-func envOr[T any](name string, def T, parse func(string) (T, error)) T {
-	if v, ok := os.LookupEnv(config.Prefix + "_" + name); ok && v != "" {
-		if x, err := parse(v); err == nil {
-			return x
-		}
+// envOr is the value of variable name (DEDUPE_ and name) read with
+// parse, or def when it is not set. A value parse refuses is added to
+// *bad, which plan reports instead of planning with the default.
+func envOr[T any](bad *[]string, name string, def T, parse func(string) (T, error)) T {
+	v, ok := os.LookupEnv(config.Prefix + "_" + name)
+	if !ok || v == "" {
+		return def
 	}
-	return def
+	x, err := parse(v)
+	if err != nil {
+		*bad = append(*bad, fmt.Sprintf("%s_%s=%q: %v", config.Prefix, name, v, err))
+		return def
+	}
+	return x
 }
 
 func plan(args []string, stdout, stderr io.Writer) int {
@@ -112,23 +118,28 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	// Each flag defaults to the pipeline's variable, or to its default.
 	d := config.Defaults()
+	var bad []string
 	parseInt := func(s string) (int, error) { return strconv.Atoi(s) }
 	parseInt64 := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
 	parseFloat := func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
 	parseString := func(s string) (string, error) { return s, nil }
-	n := fs.Int64("n", envOr("EXPECTED_PER_WINDOW", d.ExpectedPerWindow, parseInt64), "distinct IDs expected per window")
-	p := fs.Float64("p", envOr("FALSE_POSITIVE_RATE", d.FalsePositiveRate, parseFloat), "target false-positive rate")
-	window := fs.Duration("window", envOr("WINDOW", d.Window, time.ParseDuration), "window length")
-	mode := fs.String("mode", envOr("WINDOW_MODE", d.WindowMode, parseString), "rolling or fixed")
-	maxLag := fs.Duration("max-lag", envOr("MAX_LAG", d.MaxLag, time.ParseDuration), "lag bound: how long after their event time events are still deduplicated")
-	shards := fs.Int("shards", envOr("SHARDS", d.Shards, parseInt), "least number of shards")
-	growth := fs.Float64("max-growth", envOr("MAX_GROWTH", d.MaxGrowth, parseFloat), "how far a window may grow past n (1: no growth)")
-	factor := fs.Float64("memory-factor", envOr("MEMORY_FACTOR", d.MemoryFactor, parseFloat), "most memory per ID, as a multiple of a classic filter's at stage 0's rate, within which the planner takes the fewest words, then the fewest shards")
-	layout := fs.String("layout", envOr("LAYOUT", d.Layout, parseString), "words x bits per word (4x4) instead of the planner's choice")
-	redisTimeout := fs.Duration("redis-timeout", envOr("REDIS_TIMEOUT", d.RedisTimeout, time.ParseDuration), "bound of one Redis call: with the size, how long before a window starts its keys are made")
-	filter := fs.String("filter", envOr("FILTER", d.Filter, parseString), "the filter kind: bloom or fingerprint (DEDUPE_FILTER)")
+	n := fs.Int64("n", envOr(&bad, "EXPECTED_PER_WINDOW", d.ExpectedPerWindow, parseInt64), "distinct IDs expected per window")
+	p := fs.Float64("p", envOr(&bad, "FALSE_POSITIVE_RATE", d.FalsePositiveRate, parseFloat), "target false-positive rate")
+	window := fs.Duration("window", envOr(&bad, "WINDOW", d.Window, time.ParseDuration), "window length")
+	mode := fs.String("mode", envOr(&bad, "WINDOW_MODE", d.WindowMode, parseString), "rolling or fixed")
+	maxLag := fs.Duration("max-lag", envOr(&bad, "MAX_LAG", d.MaxLag, time.ParseDuration), "lag bound: how long after their event time events are still deduplicated")
+	shards := fs.Int("shards", envOr(&bad, "SHARDS", d.Shards, parseInt), "least number of shards")
+	growth := fs.Float64("max-growth", envOr(&bad, "MAX_GROWTH", d.MaxGrowth, parseFloat), "how far a window may grow past n (1: no growth)")
+	factor := fs.Float64("memory-factor", envOr(&bad, "MEMORY_FACTOR", d.MemoryFactor, parseFloat), "most memory per ID, as a multiple of a classic filter's at stage 0's rate, within which the planner takes the fewest words, then the fewest shards")
+	layout := fs.String("layout", envOr(&bad, "LAYOUT", d.Layout, parseString), "words x bits per word (4x4) instead of the planner's choice")
+	redisTimeout := fs.Duration("redis-timeout", envOr(&bad, "REDIS_TIMEOUT", d.RedisTimeout, time.ParseDuration), "bound of one Redis call: with the size, how long before a window starts its keys are made")
+	filter := fs.String("filter", envOr(&bad, "FILTER", d.Filter, parseString), "the filter kind: bloom or fingerprint (DEDUPE_FILTER)")
 	rate := fs.Float64("rate", 0, "events per second: with it, the Redis cores and masters each kind needs at that rate")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if len(bad) > 0 {
+		fmt.Fprintf(stderr, "dedupe-worker plan: %s\n", strings.Join(bad, "; "))
 		return 2
 	}
 	var pinned bloom.Layout
@@ -264,8 +275,11 @@ func idLine() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	d := config.Defaults()
-	switch mode := envOr("MODE", d.Mode, func(s string) (string, error) { return s, nil }); mode {
+	mode := config.Defaults().Mode
+	if v := vars["MODE"]; v != "" {
+		mode = v
+	}
+	switch mode {
 	case config.ModeDrop:
 		return fmt.Sprintf("IDs: %s; mode drop: duplicates are dropped", src), nil
 	case config.ModeShadow:
