@@ -102,14 +102,6 @@ func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	return run(ctx, cfg, log, time.Now)
 }
 
-// RunAt is Run with the clock now in place of the real one, for the
-// decisions that depend on the present (late events, the start offset
-// given as a duration, the event-time lag). Tests use it to play an
-// outage; keep now near the real clock, which Redis expires keys by.
-func RunAt(now func() time.Time) func(context.Context, config.Config, *zap.Logger) error {
-	return func(ctx context.Context, cfg config.Config, log *zap.Logger) error { return run(ctx, cfg, log, now) }
-}
-
 func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() time.Time) error {
 	log = log.With(zap.String("pipeline", cfg.Pipeline))
 	// go-redis logs (dial failures, mostly) to stderr by itself otherwise.

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/clickstream"
@@ -120,7 +122,7 @@ func TestBacklogIsDeduplicatedAsLive(t *testing.T) {
 	// The backlog is read with the clock of the test's start, so that the
 	// events are 45 to 55 minutes old however long the test takes.
 	now := testenv.Now()
-	atStart := RunAt(func() time.Time { return now })
+	atStart := runAt(func() time.Time { return now })
 	from := now.Add(-55 * time.Minute)
 	recs, pos, tr := lagInput(6000, from)
 
@@ -133,7 +135,7 @@ func TestBacklogIsDeduplicatedAsLive(t *testing.T) {
 	// decided before the next, with the clock a second past the part's
 	// newest event: every event is decided within 30 s of its event time.
 	var clock atomic.Int64
-	live := replicas.Start(t, cfgFor("live", "out-live"), RunAt(func() time.Time { return time.Unix(0, clock.Load()) }), nil)
+	live := replicas.Start(t, cfgFor("live", "out-live"), runAt(func() time.Time { return time.Unix(0, clock.Load()) }), nil)
 	for lo := 0; lo < len(recs); {
 		hi := lo
 		for hi < len(recs) && pos[hi].Sub(pos[lo]) < 30*time.Second {
@@ -221,7 +223,7 @@ func playOutage(t *testing.T, k *testenv.Kafka, redisAddr string, n int, at time
 	now := at.Add(45 * time.Minute)
 	var clock atomic.Int64
 	clock.Store(at.Add(5 * time.Second).UnixNano())
-	run := RunAt(func() time.Time { return time.Unix(0, clock.Load()) })
+	run := runAt(func() time.Time { return time.Unix(0, clock.Load()) })
 	cfg := func() config.Config {
 		c := replicas.Config("outage", k.Addrs(), redisAddr)
 		c.TimeField = "ts"
@@ -352,7 +354,7 @@ func TestDailyWindowAcrossMidnight(t *testing.T) {
 	input := append(append([]*kgo.Record{}, recs[:450]...), copies(recs[:450])...)
 	input = append(append(input, recs[450:]...), copies(recs[450:])...)
 	k.Produce("in", input...)
-	r := replicas.Start(t, cfg, RunAt(func() time.Time { return clock }), nil)
+	r := replicas.Start(t, cfg, runAt(func() time.Time { return clock }), nil)
 	settle(t, len(input), r)
 	m := r.Metrics()
 	for verdict, want := range map[string]float64{"first_seen": 900, "duplicate": 900, "late": 0} {
@@ -392,4 +394,12 @@ func TestStartAtLatest(t *testing.T) {
 	if len(out) != 100 || len(ids) != 100 || !ids["new-0"] || !ids["new-99"] {
 		t.Errorf("%d forwarded (%d IDs); want the 100 new ones only", len(out), len(ids))
 	}
+}
+
+// runAt is Run with the clock now in place of the real one, for the
+// decisions that depend on the present (late events, the start offset
+// given as a duration, the event-time lag): to play an outage. Keep now
+// near the real clock, which Redis expires keys by.
+func runAt(now func() time.Time) func(context.Context, config.Config, *zap.Logger) error {
+	return func(ctx context.Context, cfg config.Config, log *zap.Logger) error { return run(ctx, cfg, log, now) }
 }

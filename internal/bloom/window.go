@@ -99,12 +99,6 @@ func (w Window) Deadline(t time.Time) time.Time {
 	return time.Unix(w.deadline(w.Bucket(t)), 0)
 }
 
-// Late reports whether an event of time t, processed at now, is beyond
-// the lag bound: its keys may be gone, so it cannot be deduplicated. It is
-// the Late of place: an event not yet begun is never late, so the future
-// skew does not matter here.
-func (w Window) Late(t, now time.Time) bool { return w.place(t, now, 0, 0).status == Late }
-
 // placement is where an event stands against the windows when it is
 // decided: its bucket, whether it is tested at all, and which buckets a
 // test reads.

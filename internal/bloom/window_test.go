@@ -166,3 +166,8 @@ func TestNewPlanBounds(t *testing.T) {
 		}
 	}
 }
+
+// Late reports whether an event of time t, processed at now, is beyond
+// the lag bound: the Late of place, where an event not yet begun is never
+// late, so the future skew does not matter.
+func (w Window) Late(t, now time.Time) bool { return w.place(t, now, 0, 0).status == Late }

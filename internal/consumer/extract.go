@@ -98,9 +98,6 @@ func NewExtractor(src IDSource, timeField, timeHeader string) (*Extractor, error
 	return e, nil
 }
 
-// Source is where the Extractor reads the ID.
-func (e *Extractor) Source() IDSource { return e.src }
-
 // gjsonPath joins field names, escaping gjson's special characters so a
 // field name is always taken literally.
 func gjsonPath(fields []string) string {
@@ -111,14 +108,9 @@ func gjsonPath(fields []string) string {
 	return strings.Join(esc, ".")
 }
 
-// Extract returns the ID and event time of m, or the reason it cannot be
-// deduplicated. The ID may alias m's memory.
-func (e *Extractor) Extract(m *kafka.Message) ([]byte, time.Time, error) {
-	return e.extract(m, nil)
-}
-
-// extract is Extract making composite and value IDs in ids (new memory
-// when nil).
+// extract returns the ID and event time of m, or the reason it cannot be
+// deduplicated. The ID may alias m's memory; composite and value IDs are
+// made in ids (new memory when nil).
 func (e *Extractor) extract(m *kafka.Message, ids *headerBuf) ([]byte, time.Time, error) {
 	var id []byte
 	switch e.src.Kind {
