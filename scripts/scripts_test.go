@@ -60,35 +60,35 @@ func run(t *testing.T, script string, args ...string) (string, string, int) {
 const (
 	debian12Installer = `#deb cdrom:[Debian GNU/Linux 12.5.0 _Bookworm_ - Official amd64 NETINST with firmware 20240210-11:27]/ bookworm contrib main non-free-firmware
 
-deb http://security.example/debian-security bookworm-security main non-free-firmware
-deb-src http://security.example/debian-security bookworm-security main non-free-firmware
+deb file:/srv/security/debian-security bookworm-security main non-free-firmware
+deb-src file:/srv/security/debian-security bookworm-security main non-free-firmware
 
-deb http://ftp.example/debian/ bookworm main non-free-firmware
-deb-src http://ftp.example/debian/ bookworm main non-free-firmware
+deb file:/srv/ftp/debian/ bookworm main non-free-firmware
+deb-src file:/srv/ftp/debian/ bookworm main non-free-firmware
 
 # bookworm-updates, to get updates before a point release is made;
-deb http://ftp.example/debian/ bookworm-updates main non-free-firmware
+deb file:/srv/ftp/debian/ bookworm-updates main non-free-firmware
 `
 	debian13 = `Types: deb deb-src
-URIs: https://deb.example/debian
+URIs: file:/srv/deb/debian
 Suites: trixie trixie-updates
 Components: main non-free-firmware
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb deb-src
-URIs: https://security.example/debian-security
+URIs: file:/srv/security/debian-security
 Suites: trixie-security
 Components: main non-free-firmware
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 `
 	ubuntu2404 = `Types: deb
-URIs: http://archive.example/ubuntu/
+URIs: file:/srv/archive/ubuntu/
 Suites: noble noble-updates noble-backports
 Components: main restricted universe multiverse
 Signed-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg
 
 Types: deb
-URIs: http://security-ubuntu.example/ubuntu/
+URIs: file:/srv/security-ubuntu/ubuntu/
 Suites: noble-security
 Components: main restricted universe multiverse
 Signed-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg
@@ -104,49 +104,49 @@ func TestDebianMirror(t *testing.T) {
 		want  string // "" for exit 3
 	}{
 		{"debootstrap: sources.list only, no sources.list.d", map[string]*string{
-			"sources.list": text("deb http://deb.example/debian bookworm main\n"),
-		}, "http://deb.example/debian"},
+			"sources.list": text("deb file:/srv/deb/debian bookworm main\n"),
+		}, "file:/srv/deb/debian"},
 		{"debootstrap: sources.list and an empty sources.list.d", map[string]*string{
-			"sources.list":   text("deb http://deb.example/debian bookworm main\n"),
+			"sources.list":   text("deb file:/srv/deb/debian bookworm main\n"),
 			"sources.list.d": nil,
-		}, "http://deb.example/debian"},
+		}, "file:/srv/deb/debian"},
 		{"Debian 12 installer: security first, deb-src, a commented cdrom", map[string]*string{
 			"sources.list": text(debian12Installer),
-		}, "http://ftp.example/debian"},
+		}, "file:/srv/ftp/debian"},
 		{"Debian 13: deb822 only", map[string]*string{
 			"sources.list.d/debian.sources": text(debian13),
-		}, "https://deb.example/debian"},
+		}, "file:/srv/deb/debian"},
 		{"deb822: the security stanza first, lower-case field names", map[string]*string{
-			"sources.list.d/debian.sources": text("types: deb\nuris: https://security.example/debian-security\nsuites: trixie-security\ncomponents: main\n\n" +
-				"types: deb\nuris: https://deb.example/debian\nsuites: trixie\ncomponents: main\n"),
-		}, "https://deb.example/debian"},
+			"sources.list.d/debian.sources": text("types: deb\nuris: file:/srv/security/debian-security\nsuites: trixie-security\ncomponents: main\n\n" +
+				"types: deb\nuris: file:/srv/deb/debian\nsuites: trixie\ncomponents: main\n"),
+		}, "file:/srv/deb/debian"},
 		{"deb822: a disabled stanza and a deb-src one are skipped", map[string]*string{
-			"sources.list.d/debian.sources": text("Types: deb\nURIs: http://old.example/debian\nSuites: bookworm\nComponents: main\nEnabled: no\n\n" +
-				"Types: deb-src\nURIs: http://src.example/debian\nSuites: bookworm\nComponents: main\n\n" +
-				"# the archive\nTypes: deb\nURIs: http://deb.example/debian\nSuites:\n bookworm\n bookworm-updates\nComponents: main\n"),
-		}, "http://deb.example/debian"},
+			"sources.list.d/debian.sources": text("Types: deb\nURIs: file:/srv/old/debian\nSuites: bookworm\nComponents: main\nEnabled: no\n\n" +
+				"Types: deb-src\nURIs: file:/srv/src/debian\nSuites: bookworm\nComponents: main\n\n" +
+				"# the archive\nTypes: deb\nURIs: file:/srv/deb/debian\nSuites:\n bookworm\n bookworm-updates\nComponents: main\n"),
+		}, "file:/srv/deb/debian"},
 		{"both: a commented sources.list and deb822", map[string]*string{
 			"sources.list":                  text("# See /etc/apt/sources.list.d/debian.sources\n"),
 			"sources.list.d/debian.sources": text(debian13),
-		}, "https://deb.example/debian"},
+		}, "file:/srv/deb/debian"},
 		{"both: sources.list is read first", map[string]*string{
-			"sources.list":                  text("deb http://one.example/debian bookworm main\n"),
+			"sources.list":                  text("deb file:/srv/one/debian bookworm main\n"),
 			"sources.list.d/debian.sources": text(debian13),
-		}, "http://one.example/debian"},
+		}, "file:/srv/one/debian"},
 		{"signed-by and arch options", map[string]*string{
-			"sources.list": text("deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.example/debian bookworm main\n"),
-		}, "http://deb.example/debian"},
+			"sources.list": text("deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] file:/srv/deb/debian bookworm main\n"),
+		}, "file:/srv/deb/debian"},
 		{"options with spaces inside the brackets", map[string]*string{
-			"sources.list.d/mirror.list": text("deb [ signed-by=/usr/share/keyrings/debian-archive-keyring.gpg ] https://mirror.example/debian/ trixie main\n"),
-		}, "https://mirror.example/debian"},
+			"sources.list.d/mirror.list": text("deb [ signed-by=/usr/share/keyrings/debian-archive-keyring.gpg ] file:/srv/mirror/debian/ trixie main\n"),
+		}, "file:/srv/mirror/debian"},
 		{"-updates first", map[string]*string{
-			"sources.list": text("deb http://deb.example/debian-security bookworm-security main\ndeb http://upd.example/debian bookworm-updates main\ndeb http://deb.example/debian bookworm main\n"),
-		}, "http://upd.example/debian"},
+			"sources.list": text("deb file:/srv/deb/debian-security bookworm-security main\ndeb file:/srv/upd/debian bookworm-updates main\ndeb file:/srv/deb/debian bookworm main\n"),
+		}, "file:/srv/upd/debian"},
 		{"third-party sources first", map[string]*string{
-			"sources.list.d/cloud.list":     text("deb https://packages.example.com/apt cloud-sdk-bookworm main\n"),
-			"sources.list.d/node.sources":   text("Types: deb\nURIs: https://deb.example.com/node_20.x\nSuites: nodistro\nComponents: main\n"),
+			"sources.list.d/cloud.list":     text("deb file:/srv/packages/apt cloud-sdk-bookworm main\n"),
+			"sources.list.d/node.sources":   text("Types: deb\nURIs: file:/srv/deb/node_20.x\nSuites: nodistro\nComponents: main\n"),
 			"sources.list.d/debian.sources": text(debian13),
-		}, "https://deb.example/debian"},
+		}, "file:/srv/deb/debian"},
 		{"an active cdrom entry is not an archive", map[string]*string{
 			"sources.list": text("deb cdrom:[Debian GNU/Linux 12.5.0 _Bookworm_ - Official amd64 DVD Binary-1 20240210-11:28]/ bookworm contrib main\n"),
 		}, ""},
