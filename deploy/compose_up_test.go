@@ -140,7 +140,7 @@ func TestComposeDemoUp(t *testing.T) {
 	}
 	for _, w := range []string{"worker1", "worker2"} {
 		testenv.Eventually(t, 2*time.Minute, w+" to answer /readyz with 200", func() bool {
-			return status("http://127.0.0.1:"+ports[w]+"/readyz") == 200
+			return testenv.Status("http://127.0.0.1:"+ports[w]+"/readyz") == 200
 		})
 	}
 	t.Logf("both workers ready %v after docker-compose up -d --build", time.Since(upAt).Round(time.Millisecond))

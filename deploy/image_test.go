@@ -11,7 +11,6 @@ package deploy
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -92,22 +91,6 @@ func clicksTopics(t *testing.T) (in, out, dlq string) {
 	return env["DEDUPE_INPUT_TOPIC"], env["DEDUPE_OUTPUT_TOPIC"], env["DEDUPE_DLQ_TOPIC"]
 }
 
-// status is the HTTP status of a GET of url, 0 when it does not answer.
-func status(url string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0
-	}
-	res.Body.Close()
-	return res.StatusCode
-}
-
 // stopGrace is the grace period docker stop gives the worker: the
 // compose file's stop_grace_period, which the README explains.
 const stopGrace = 70 * time.Second
@@ -128,7 +111,7 @@ func TestWorkerImage(t *testing.T) {
 	started := time.Now()
 	container(t, img, name, map[string]string{"DEDUPE_KAFKA_BROKERS": strings.Join(k.Addrs(), ","),
 		"DEDUPE_REDIS_ADDRS": srv.Addr, "DEDUPE_HTTP_ADDR": addr})
-	testenv.Eventually(t, time.Minute, "the container to answer /readyz with 200", func() bool { return status("http://"+addr+"/readyz") == 200 })
+	testenv.Eventually(t, time.Minute, "the container to answer /readyz with 200", func() bool { return testenv.Status("http://"+addr+"/readyz") == 200 })
 	ready := time.Since(started)
 
 	recs, tr := clickstream.Generate(20_000, 0.07, 0.01, 33)

@@ -6,7 +6,6 @@ package replicas
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -130,25 +129,10 @@ func (r *Replica) URL(path string) string { return "http://" + r.Config.HTTPAddr
 
 // Get is the HTTP status and body of GET path; the status is 0 and the
 // body the error if the request failed.
-func (r *Replica) Get(path string) (int, string) {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(r.URL(path))
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err.Error()
-	}
-	return resp.StatusCode, string(b)
-}
+func (r *Replica) Get(path string) (int, string) { return testenv.Get(r.URL(path)) }
 
 // Status is the HTTP status of GET path, 0 if the request failed.
-func (r *Replica) Status(path string) int {
-	c, _ := r.Get(path)
-	return c
-}
+func (r *Replica) Status(path string) int { return testenv.Status(r.URL(path)) }
 
 // Ready reports whether /readyz answers 200.
 func (r *Replica) Ready() bool { return r.Status("/readyz") == http.StatusOK }
