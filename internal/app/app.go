@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
 
 	"dedupe-worker/config"
@@ -83,6 +85,120 @@ func newFilter(cfg config.Config, rc redis.UniversalClient, now func() time.Time
 	})
 }
 
+// Worker is one replica of the worker, built from its configuration by
+// New and run by Run: the Redis client and filter, the producers, the
+// consumer, its metrics and its HTTP endpoints.
+type Worker struct {
+	cfg      config.Config
+	log      *zap.Logger
+	reg      *prometheus.Registry
+	rc       redis.UniversalClient
+	filter   *bloom.Filter
+	consumer *consumer.Worker
+	// out, dlq and dups (nil unless DEDUPE_DUPLICATES_TOPIC) are the
+	// producers of the output, the dead letters and the copies dropped.
+	out, dlq, dups *sink.Writer
+	kafkaTLS       *tls.Config
+	kafkaSASL      sasl.Mechanism
+}
+
+// New builds the worker cfg describes, connecting to nothing: a setting
+// the libraries refuse or a TLS file that cannot be read is returned, naming
+// its variable. Run it once; it closes what New opened. A Worker never
+// run holds no connection.
+func New(cfg config.Config, log *zap.Logger) (*Worker, error) {
+	return newAt(cfg, log, time.Now)
+}
+
+// newAt is New with the clock the filter's windows and the event-time lag
+// are read from. Redis applies the keys' expiry with its own clock, so now
+// must stay near the real time.
+func newAt(cfg config.Config, log *zap.Logger, now func() time.Time) (*Worker, error) {
+	log = log.With(zap.String("pipeline", cfg.Pipeline))
+	// go-redis logs (dial failures, mostly) to stderr by itself otherwise.
+	redis.SetLogger(redisLogger{logs.Sampled(log.Named("redis"))})
+	w := &Worker{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	var err error
+	if w.kafkaTLS, w.kafkaSASL, err = kafkaSecurity(cfg, log); err != nil {
+		return nil, err
+	}
+	if w.rc, err = NewRedis(cfg); err != nil {
+		return nil, err
+	}
+	if err := w.build(now); err != nil {
+		w.rc.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// build makes the filter, the producers and the consumer of w.
+func (w *Worker) build(now func() time.Time) error {
+	cfg, log := w.cfg, w.log
+	w.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := consumer.NewMetrics(w.reg, cfg.Pipeline)
+	filter, err := newFilter(cfg, w.rc, now, bloom.NewGauges(w.reg, cfg.Pipeline), log)
+	if err != nil {
+		return err
+	}
+	w.filter = filter
+	start, err := config.ParseStartOffset(cfg.StartOffset)
+	if err != nil {
+		return err
+	}
+	logPlan(log, cfg, filter)
+	src, err := cfg.IDSource()
+	if err != nil {
+		return err
+	}
+	ex, err := consumer.NewExtractor(src, cfg.TimeField, cfg.TimeHeader)
+	if err != nil {
+		return err
+	}
+	log.Info("deduplicating", zap.Stringer("id", src), zap.String("mode", cfg.Mode))
+	w.out, w.dlq = w.writer(cfg.OutputTopic), w.writer(cfg.DLQTopic)
+	if cfg.DuplicatesTopic != "" {
+		w.dups = w.writer(cfg.DuplicatesTopic)
+	}
+	w.consumer, err = consumer.New(consumer.Config{
+		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID,
+		BatchSize: cfg.BatchSize, BatchLinger: cfg.BatchLinger, KafkaTimeout: cfg.KafkaTimeout,
+		ShutdownTimeout: cfg.ShutdownTimeout, HandoffWait: cfg.HandoffWait, FailOpenAfter: cfg.FailOpenAfter, SessionTimeout: cfg.KafkaSessionTimeout, Extractor: ex, Logger: log, Metrics: metrics,
+		TLS: w.kafkaTLS, SASL: w.kafkaSASL, Now: now, DeadLetterLate: cfg.LatePolicy == config.LateDeadLetter, Shadow: cfg.Mode == config.ModeShadow,
+		Start:      consumer.Start{Latest: start.Latest, At: start.Time(now())},
+		Duplicates: producerOrNil(w.dups),
+	}, filter, w.out, w.dlq)
+	if err != nil {
+		return err
+	}
+	RegisterStatus(w.reg, cfg.Pipeline, cfg.FalsePositiveRate, w.Ready)
+	return nil
+}
+
+// writer is a producer to topic, connected as the reader is.
+func (w *Worker) writer(topic string) *sink.Writer {
+	return sink.New(sink.Config{Brokers: w.cfg.KafkaBrokers, Topic: topic, BatchSize: w.cfg.BatchSize, Timeout: w.cfg.KafkaTimeout, Logger: w.log,
+		TLS: w.kafkaTLS, SASL: w.kafkaSASL})
+}
+
+// logPlan logs the filter's plan: its size, rates and memory.
+func logPlan(log *zap.Logger, cfg config.Config, filter *bloom.Filter) {
+	plan := filter.Plan()
+	log.Info("filter planned", zap.Stringer("filter", plan.Kind), zap.Int64("expected_per_window", plan.Elements), zap.Float64("target_fpr", plan.TargetFPR),
+		zap.Float64("achieved_fpr", plan.AchievedFPR), zap.Int("words", plan.Layout.Words), zap.Int("bits_per_word", plan.Layout.BitsPerWord),
+		zap.Int("shards", plan.Shards), zap.Uint64("bytes_per_window", plan.Memory), zap.Int("stages", len(plan.Stages)),
+		zap.Int64("capacity_per_window", plan.Capacity()), zap.Int("live_windows", filter.LiveWindows()),
+		zap.Uint64("bytes_live", plan.Memory*uint64(filter.LiveWindows())), zap.Duration("max_lag", cfg.MaxLag),
+		zap.String("late_policy", cfg.LatePolicy), zap.String("key_tag", filter.Tag()))
+}
+
+// Ready reports whether the worker makes progress and every Redis master
+// keeps the filter's keys (its eviction policy is noeviction): /readyz.
+func (w *Worker) Ready() bool { return w.consumer.Ready() && w.filter.Healthy() }
+
+// Registry holds the worker's metrics, those /metrics serves.
+func (w *Worker) Registry() *prometheus.Registry { return w.reg }
+
 // Run runs one worker until ctx is cancelled, then shuts down in order:
 // stop fetching, finish the batches in hand (decide, produce, commit)
 // within cfg.ShutdownTimeout, leave the group (consumer.ReaderCloseTimeout
@@ -98,140 +214,89 @@ func newFilter(cfg config.Config, rc redis.UniversalClient, now func() time.Time
 // maxmemory-policy is not noeviction (bloom.CheckServer). While it runs,
 // it is not ready while a master's policy is one that evicts
 // (bloom.Filter.Healthy).
-func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
-	return run(ctx, cfg, log, time.Now)
-}
-
-func run(ctx context.Context, cfg config.Config, log *zap.Logger, now func() time.Time) error {
-	log = log.With(zap.String("pipeline", cfg.Pipeline))
-	// go-redis logs (dial failures, mostly) to stderr by itself otherwise.
-	redis.SetLogger(redisLogger{logs.Sampled(log.Named("redis"))})
-	kafkaTLS, mech, err := kafkaSecurity(cfg, log)
+func (w *Worker) Run(ctx context.Context) error {
+	defer w.rc.Close()
+	srv, addr, err := serve(w.cfg.HTTPAddr, w.reg, w.Ready, w.log)
 	if err != nil {
 		return err
 	}
-	rc, err := NewRedis(cfg)
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := consumer.NewMetrics(reg, cfg.Pipeline)
-	filter, err := newFilter(cfg, rc, now, bloom.NewGauges(reg, cfg.Pipeline), log)
-	if err != nil {
-		return err
-	}
-	start, err := config.ParseStartOffset(cfg.StartOffset)
-	if err != nil {
-		return err
-	}
-	plan := filter.Plan()
-	log.Info("filter planned", zap.Stringer("filter", plan.Kind), zap.Int64("expected_per_window", plan.Elements), zap.Float64("target_fpr", plan.TargetFPR),
-		zap.Float64("achieved_fpr", plan.AchievedFPR), zap.Int("words", plan.Layout.Words), zap.Int("bits_per_word", plan.Layout.BitsPerWord),
-		zap.Int("shards", plan.Shards), zap.Uint64("bytes_per_window", plan.Memory), zap.Int("stages", len(plan.Stages)),
-		zap.Int64("capacity_per_window", plan.Capacity()), zap.Int("live_windows", filter.LiveWindows()),
-		zap.Uint64("bytes_live", plan.Memory*uint64(filter.LiveWindows())), zap.Duration("max_lag", cfg.MaxLag),
-		zap.String("late_policy", cfg.LatePolicy), zap.String("key_tag", filter.Tag()))
-
-	src, err := cfg.IDSource()
-	if err != nil {
-		return err
-	}
-	ex, err := consumer.NewExtractor(src, cfg.TimeField, cfg.TimeHeader)
-	if err != nil {
-		return err
-	}
-	log.Info("deduplicating", zap.Stringer("id", src), zap.String("mode", cfg.Mode))
-	out := sink.New(sink.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, BatchSize: cfg.BatchSize, Timeout: cfg.KafkaTimeout, Logger: log,
-		TLS: kafkaTLS, SASL: mech})
-	dlq := sink.New(sink.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.DLQTopic, BatchSize: cfg.BatchSize, Timeout: cfg.KafkaTimeout, Logger: log,
-		TLS: kafkaTLS, SASL: mech})
-	var dups *sink.Writer
-	if cfg.DuplicatesTopic != "" {
-		dups = sink.New(sink.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.DuplicatesTopic, BatchSize: cfg.BatchSize, Timeout: cfg.KafkaTimeout,
-			Logger: log, TLS: kafkaTLS, SASL: mech})
-	}
-	w, err := consumer.New(consumer.Config{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID,
-		BatchSize: cfg.BatchSize, BatchLinger: cfg.BatchLinger, KafkaTimeout: cfg.KafkaTimeout,
-		ShutdownTimeout: cfg.ShutdownTimeout, HandoffWait: cfg.HandoffWait, FailOpenAfter: cfg.FailOpenAfter, SessionTimeout: cfg.KafkaSessionTimeout, Extractor: ex, Logger: log, Metrics: metrics,
-		TLS: kafkaTLS, SASL: mech, Now: now, DeadLetterLate: cfg.LatePolicy == config.LateDeadLetter, Shadow: cfg.Mode == config.ModeShadow,
-		Start:      consumer.Start{Latest: start.Latest, At: start.Time(now())},
-		Duplicates: producerOrNil(dups),
-	}, filter, out, dlq)
-	if err != nil {
-		return err
-	}
-
-	// Ready while the worker makes progress and every Redis master keeps
-	// the filter's keys (its eviction policy is noeviction).
-	ready := func() bool { return w.Ready() && filter.Healthy() }
-	RegisterStatus(reg, cfg.Pipeline, cfg.FalsePositiveRate, ready)
-	srv, addr, err := serve(cfg.HTTPAddr, reg, ready, log)
-	if err != nil {
-		return err
-	}
-	log.Info("serving", zap.String("http", addr))
-	closeAll := func() error {
-		closeCtx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
-		defer cancel()
-		// A writer flushes nothing here (every write is waited for), but
-		// its Close has no deadline of its own.
-		closed := make(chan error, 1)
-		go func() {
-			err := errors.Join(out.Close(), dlq.Close())
-			if dups != nil {
-				err = errors.Join(err, dups.Close())
-			}
-			closed <- err
-		}()
-		var werr error
-		select {
-		case werr = <-closed:
-		case <-closeCtx.Done():
-			werr = errors.New("closing the producers: no answer within " + CloseTimeout.String())
-		}
-		return errors.Join(werr, srv.Shutdown(closeCtx))
-	}
-
+	w.log.Info("serving", zap.String("http", addr))
 	// Not ready until both servers accept the connection as configured.
 	// A refused password or certificate ends the start here.
-	if err := waitForServers(ctx, cfg, kafkaTLS, mech, rc, log); err != nil {
-		cerr := closeAll()
+	if err := waitForServers(ctx, w.cfg, w.kafkaTLS, w.kafkaSASL, w.rc, w.log); err != nil {
+		cerr := w.close(srv)
 		if ctx.Err() != nil {
-			log.Info("stopped before the servers were reachable")
+			w.log.Info("stopped before the servers were reachable")
 			return cerr
 		}
 		return errors.Join(err, cerr)
 	}
-	// A server too old, or one whose eviction policy would evict the
-	// filter's keys, ends the start with one line naming it.
-	if err := filter.CheckServer(ctx); err != nil {
-		return errors.Join(err, closeAll())
+	if err := w.checkServers(ctx); err != nil {
+		return errors.Join(err, w.close(srv))
 	}
-	switch err := filter.CheckCapacity(ctx); {
-	case errors.Is(err, bloom.ErrInvalidPlan):
-		return errors.Join(err, closeAll())
-	case err != nil:
-		log.Warn("checking the filter against Redis maxmemory", zap.Error(err))
-	}
-
 	// Maintenance: create the next bucket's keys ahead of time and export
 	// filter statistics.
 	mctx, stopMaint := context.WithCancel(ctx)
 	maintDone := make(chan struct{})
 	go func() {
 		defer close(maintDone)
-		filter.Maintain(mctx)
+		w.filter.Maintain(mctx)
 	}()
-
-	runErr := w.Run(ctx)
+	runErr := w.consumer.Run(ctx)
 	stopMaint()
 	<-maintDone
-	errs := []error{runErr, closeAll()}
-	log.Info("stopped")
+	errs := []error{runErr, w.close(srv)}
+	w.log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// checkServers ends the start, with one line naming it, on a Redis server
+// too old, one whose eviction policy would evict the filter's keys, or
+// one too small for the plan.
+func (w *Worker) checkServers(ctx context.Context) error {
+	if err := w.filter.CheckServer(ctx); err != nil {
+		return err
+	}
+	switch err := w.filter.CheckCapacity(ctx); {
+	case errors.Is(err, bloom.ErrInvalidPlan):
+		return err
+	case err != nil:
+		w.log.Warn("checking the filter against Redis maxmemory", zap.Error(err))
+	}
+	return nil
+}
+
+// close closes the producers and the HTTP server within CloseTimeout.
+func (w *Worker) close(srv *http.Server) error {
+	closeCtx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
+	defer cancel()
+	// A writer flushes nothing here (every write is waited for), but
+	// its Close has no deadline of its own.
+	closed := make(chan error, 1)
+	go func() {
+		err := errors.Join(w.out.Close(), w.dlq.Close())
+		if w.dups != nil {
+			err = errors.Join(err, w.dups.Close())
+		}
+		closed <- err
+	}()
+	var werr error
+	select {
+	case werr = <-closed:
+	case <-closeCtx.Done():
+		werr = errors.New("closing the producers: no answer within " + CloseTimeout.String())
+	}
+	return errors.Join(werr, srv.Shutdown(closeCtx))
+}
+
+// Run builds the worker cfg describes (New) and runs it until ctx is
+// cancelled (Worker.Run).
+func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
+	w, err := New(cfg, log)
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
 }
 
 // producerOrNil is w as a consumer.Producer, nil (no producer) when w is.

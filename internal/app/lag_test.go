@@ -401,5 +401,11 @@ func TestStartAtLatest(t *testing.T) {
 // given as a duration, the event-time lag): to play an outage. Keep now
 // near the real clock, which Redis expires keys by.
 func runAt(now func() time.Time) func(context.Context, config.Config, *zap.Logger) error {
-	return func(ctx context.Context, cfg config.Config, log *zap.Logger) error { return run(ctx, cfg, log, now) }
+	return func(ctx context.Context, cfg config.Config, log *zap.Logger) error {
+		w, err := newAt(cfg, log, now)
+		if err != nil {
+			return err
+		}
+		return w.Run(ctx)
+	}
 }
