@@ -266,16 +266,17 @@ func TestIDSourceConflicts(t *testing.T) {
 	}
 }
 
-// The README's configuration table lists every variable with the default
-// of the struct; a field added or a default changed without the README
-// fails here.
-func TestREADMETableMatchesStruct(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// The configuration reference (docs/configuration.md) lists every
+// variable with the default of the struct; a field added or a default
+// changed without the reference fails here.
+func TestConfigurationTableMatchesStruct(t *testing.T) {
+	const page = "docs/configuration.md"
+	table, err := os.ReadFile("../" + page)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rows := map[string]string{} // variable -> default cell
-	for _, line := range strings.Split(string(readme), "\n") {
+	for _, line := range strings.Split(string(table), "\n") {
 		cells := strings.Split(line, "|")
 		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`DEDUPE_") {
 			continue
@@ -283,7 +284,7 @@ func TestREADMETableMatchesStruct(t *testing.T) {
 		rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = strings.TrimSpace(cells[2])
 	}
 	if len(rows) == 0 {
-		t.Fatal("README.md: no configuration table row (| `DEDUPE_...` | default | ...) found")
+		t.Fatal(page + ": no configuration table row (| `DEDUPE_...` | default | ...) found")
 	}
 	typ := reflect.TypeOf(Config{})
 	d := Defaults()
@@ -292,29 +293,29 @@ func TestREADMETableMatchesStruct(t *testing.T) {
 		name := Prefix + "_" + f.Tag.Get("envconfig")
 		cell, ok := rows[name]
 		if !ok {
-			t.Errorf("README has no row for %s", name)
+			t.Errorf("%s has no row for %s", page, name)
 			continue
 		}
 		delete(rows, name)
 		switch {
 		case f.Tag.Get("required") == "true":
 			if cell != "required" {
-				t.Errorf("%s is required; README says %q", name, cell)
+				t.Errorf("%s is required; %s says %q", name, page, cell)
 			}
 		case f.Tag.Get("default") != "":
 			if want := "`" + f.Tag.Get("default") + "`"; cell != want {
-				t.Errorf("%s defaults to %s; README says %q", name, want, cell)
+				t.Errorf("%s defaults to %s; %s says %q", name, want, page, cell)
 			}
 		case libraryOwned[f.Name]:
 			if want := "`" + defaultText(reflect.ValueOf(d).Field(i)) + "`"; cell != want {
-				t.Errorf("%s defaults to the library's %s; README says %q", name, want, cell)
+				t.Errorf("%s defaults to the library's %s; %s says %q", name, want, page, cell)
 			}
 		case cell == "":
-			t.Errorf("%s: README gives no default", name)
+			t.Errorf("%s: %s gives no default", name, page)
 		}
 	}
 	for name := range rows {
-		t.Errorf("README lists %s, which the configuration does not have", name)
+		t.Errorf("%s lists %s, which the configuration does not have", page, name)
 	}
 }
 
@@ -323,7 +324,8 @@ func TestREADMETableMatchesStruct(t *testing.T) {
 var libraryOwned = map[string]bool{"BatchSize": true, "BatchLinger": true, "KafkaTimeout": true, "KafkaSessionTimeout": true, "RedisTimeout": true,
 	"MemoryFactor": true}
 
-// defaultText is a default as the README and the variables write it.
+// defaultText is a default as the configuration reference and the
+// variables write it.
 func defaultText(v reflect.Value) string {
 	if d, ok := v.Interface().(time.Duration); ok {
 		return shortDuration(d)

@@ -63,7 +63,7 @@ func CheckUnknown(environ []string) error {
 	// guess: the variable list is the better hint then.
 	hint := fmt.Sprintf("did you mean %s?", nearest)
 	if best > len(strings.TrimPrefix(name, Prefix+"_"))/2 {
-		hint = "the variables are listed in the README's configuration reference"
+		hint = "the variables are listed in docs/configuration.md"
 	}
 	return fmt.Errorf("%w: %s is not a setting%s; %s", ErrInvalid, name, more, hint)
 }

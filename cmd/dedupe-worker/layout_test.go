@@ -14,7 +14,7 @@ import (
 	"testing"
 )
 
-// layoutRow is a row of the README's Layout table.
+// layoutRow is a row of the Layout table (docs/layout.md).
 type layoutRow struct {
 	floor int // -1 for a folder without Go code
 	ships bool
@@ -22,45 +22,43 @@ type layoutRow struct {
 
 const module = "dedupe-worker"
 
-// readLayout reads the table of the README's Layout section, by path
+// layoutPage holds the Layout table: the one table of the page.
+const layoutPage = "docs/layout.md"
+
+// readLayout reads the Layout table of layoutPage, by path
 // ("internal/bloom").
 func readLayout(t *testing.T, root string) map[string]layoutRow {
 	t.Helper()
-	f, err := os.Open(filepath.Join(root, "README.md"))
+	f, err := os.Open(filepath.Join(root, layoutPage))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	rows := map[string]layoutRow{}
-	in := false
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		l := sc.Text()
-		if strings.HasPrefix(l, "## ") {
-			in = l == "## Layout"
-			continue
-		}
-		if !in || !strings.HasPrefix(l, "| `") {
+		if !strings.HasPrefix(l, "| `") {
 			continue
 		}
 		cells := strings.Split(l, "|")
 		if len(cells) < 5 {
-			t.Fatalf("README Layout: row %q has fewer than four cells", l)
+			t.Fatalf("%s: row %q has fewer than four cells", layoutPage, l)
 		}
 		path := strings.TrimSuffix(strings.Trim(strings.TrimSpace(cells[1]), "`"), "/")
 		floor, ships := strings.TrimSpace(cells[2]), strings.TrimSpace(cells[3])
 		r := layoutRow{floor: -1}
 		if floor != "–" {
 			if r.floor, err = strconv.Atoi(floor); err != nil {
-				t.Fatalf("README Layout: %s: floor %q", path, floor)
+				t.Fatalf("%s: %s: floor %q", layoutPage, path, floor)
 			}
 			if ships != "yes" && ships != "no" {
-				t.Fatalf("README Layout: %s: ships %q, want yes or no", path, ships)
+				t.Fatalf("%s: %s: ships %q, want yes or no", layoutPage, path, ships)
 			}
 			r.ships = ships == "yes"
 		}
 		if _, dup := rows[path]; dup {
-			t.Fatalf("README Layout: %s listed twice", path)
+			t.Fatalf("%s: %s listed twice", layoutPage, path)
 		}
 		rows[path] = r
 	}
@@ -68,7 +66,7 @@ func readLayout(t *testing.T, root string) map[string]layoutRow {
 		t.Fatal(err)
 	}
 	if len(rows) < 10 {
-		t.Fatalf("README Layout: %d rows; the section is missing or its table changed shape", len(rows))
+		t.Fatalf("%s: %d rows; the table is missing or changed shape", layoutPage, len(rows))
 	}
 	return rows
 }
@@ -111,7 +109,7 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// The README's Layout table is the tree: every folder with files is
+// The Layout table (docs/layout.md) is the tree: every folder with files is
 // listed or under a listed one, every listed folder exists, and every Go
 // package has a floor. No package imports one of a higher floor, and what
 // ships imports only what ships.
@@ -145,7 +143,7 @@ func TestLayoutMatchesTreeAndImports(t *testing.T) {
 		}
 		dirs++
 		if !listed(dir) {
-			t.Errorf("%s: its folder is not in the README's Layout table", rel)
+			t.Errorf("%s: its folder is not in the Layout table of %s", rel, layoutPage)
 		}
 		return nil
 	})
@@ -157,7 +155,7 @@ func TestLayoutMatchesTreeAndImports(t *testing.T) {
 	}
 	for path := range rows {
 		if st, err := os.Stat(filepath.Join(root, path)); err != nil || !st.IsDir() {
-			t.Errorf("README Layout lists %s, which is not a folder", path)
+			t.Errorf("%s lists %s, which is not a folder", layoutPage, path)
 		}
 	}
 
@@ -167,7 +165,7 @@ func TestLayoutMatchesTreeAndImports(t *testing.T) {
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
 		r, ok := rows[rel]
 		if !ok || r.floor < 0 {
-			t.Errorf("package %s has no floor in the README's Layout table", p.ImportPath)
+			t.Errorf("package %s has no floor in the Layout table of %s", p.ImportPath, layoutPage)
 			continue
 		}
 		floor[p.ImportPath] = r

@@ -17,13 +17,13 @@ import (
 	"dedupe-worker/internal/testenv/replicas"
 )
 
-// workerACL is the README's Redis ACL for the worker (the block after
-// "<!-- redis-acl -->", written for the pipeline clicks as the user
+// workerACL is the worker's Redis ACL in docs/security.md (the block
+// after "<!-- redis-acl -->", written for the pipeline clicks as the user
 // dedupe-clicks) for pipeline, user and password: the rule as
 // redisproc.Options.Users takes it.
 func workerACL(t *testing.T, pipeline, user, password string) string {
 	t.Helper()
-	f, err := os.Open("../../README.md")
+	f, err := os.Open("../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func workerACL(t *testing.T, pipeline, user, password string) string {
 	}
 	const head = "user dedupe-clicks on >PASSWORD "
 	if !strings.HasPrefix(rule, head) || !strings.Contains(rule, " ~dedupe:{clicks:* ") || !strings.Contains(rule, " -@all ") {
-		t.Fatalf("README: the line after <!-- redis-acl --> is %q; want %q, the key pattern ~dedupe:{clicks:* and -@all", rule, head+"...")
+		t.Fatalf("docs/security.md: the line after <!-- redis-acl --> is %q; want %q, the key pattern ~dedupe:{clicks:* and -@all", rule, head+"...")
 	}
 	rule = strings.TrimPrefix(rule, head)
 	rule = strings.ReplaceAll(rule, "{clicks:", "{"+pipeline+":")
@@ -83,7 +83,7 @@ func noDenials(t *testing.T, client redis.UniversalClient) {
 }
 
 // theRulesBite checks that the user's rules are not wider than the
-// README says: the same connection that runs the worker's commands is
+// docs/security.md says: the same connection that runs the worker's commands is
 // refused a key outside the pipeline's and a command outside the list.
 func theRulesBite(t *testing.T, c redis.UniversalClient, pipeline string) {
 	t.Helper()
@@ -104,7 +104,7 @@ func theRulesBite(t *testing.T, c redis.UniversalClient, pipeline string) {
 }
 
 // aclAdmin and aclWorker are the users of the secured tests' Redis: the
-// test's own, with every permission, and the worker's, with the README's.
+// test's own, with every permission, and the worker's, with the documented one.
 const (
 	aclAdmin  = "admin"
 	aclWorker = "dedupe-sec"
@@ -117,7 +117,7 @@ func withWorkerUser(t *testing.T, o redisproc.Options, workerPassword string) re
 	return o
 }
 
-// The filter's maintenance stays within the README's ACL on passes after
+// The filter's maintenance stays within the documented ACL on passes after
 // the first too (the first makes the windows and the marker; later ones
 // keep the marker alive and look for lost windows), and so does a batch
 // that needs a window not made yet: Redis logs no denial.

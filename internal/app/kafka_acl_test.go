@@ -26,8 +26,9 @@ import (
 	"dedupe-worker/internal/testenv/replicas"
 )
 
-// kafkaRight is one right of the README's Kafka ACLs: an operation the
-// worker's principal is allowed on one resource, by literal name.
+// kafkaRight is one right of the Kafka ACLs in docs/security.md: an
+// operation the worker's principal is allowed on one resource, by literal
+// name.
 type kafkaRight struct {
 	Op       string // as the ACL tool spells it: Read, Write, ...
 	Resource string // topic, group or cluster
@@ -50,10 +51,10 @@ func (r kafkaRight) acl(principal string) kfake.ACL {
 		Operation: op, Allow: true}
 }
 
-// readmePrincipal is the principal the README's Kafka ACLs are written for.
+// readmePrincipal is the principal the documented Kafka ACLs are written for.
 const readmePrincipal = "User:dedupe-clicks"
 
-// parseKafkaACL reads one line of the README's Kafka ACLs: a kafka-acls.sh
+// parseKafkaACL reads one line of the documented Kafka ACLs: a kafka-acls.sh
 // command that adds rights for readmePrincipal. It accepts only what
 // grants exactly the rights it returns (allow, literal names, any host):
 // a line it cannot read in full is an error, never a right skipped.
@@ -130,10 +131,10 @@ func parseKafkaACL(line string) ([]kafkaRight, error) {
 	return res, nil
 }
 
-// readmeKafkaACLs are the rights of the README's Kafka ACLs (the lines of
-// the fenced block after "<!-- kafka-acl -->", and of the one after
-// "<!-- kafka-acl-duplicates -->" for DEDUPE_DUPLICATES_TOPIC, written for
-// the pipeline clicks), with the pipeline's names replaced by
+// readmeKafkaACLs are the rights of the Kafka ACLs in docs/security.md
+// (the lines of the fenced block after "<!-- kafka-acl -->", and of the
+// one after "<!-- kafka-acl-duplicates -->" for DEDUPE_DUPLICATES_TOPIC,
+// written for the pipeline clicks), with the pipeline's names replaced by
 // names[resource+" "+name]. It fails the test on a line it cannot read or
 // a name it cannot replace.
 func readmeKafkaACLs(t *testing.T, names map[string]string) []kafkaRight {
@@ -144,7 +145,7 @@ func readmeKafkaACLs(t *testing.T, names map[string]string) []kafkaRight {
 // readmeKafkaBlock is readmeKafkaACLs for the block after marker.
 func readmeKafkaBlock(t *testing.T, marker string, names map[string]string) []kafkaRight {
 	t.Helper()
-	f, err := os.Open("../../README.md")
+	f, err := os.Open("../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,19 +165,19 @@ func readmeKafkaBlock(t *testing.T, marker string, names map[string]string) []ka
 			fence = true
 			continue
 		case !fence:
-			t.Fatalf("README: %q between %s and its block", l, marker)
+			t.Fatalf("docs/security.md: %q between %s and its block", l, marker)
 		}
 		if strings.HasPrefix(l, "```") {
 			break
 		}
 		rs, err := parseKafkaACL(l)
 		if err != nil {
-			t.Fatalf("README's Kafka ACLs: %v", err)
+			t.Fatalf("docs/security.md's Kafka ACLs: %v", err)
 		}
 		for _, r := range rs {
 			n, ok := names[r.Resource+" "+r.Name]
 			if !ok {
-				t.Fatalf("README's Kafka ACLs: %v: not a resource of the pipeline clicks", r)
+				t.Fatalf("docs/security.md's Kafka ACLs: %v: not a resource of the pipeline clicks", r)
 			}
 			r.Name = n
 			rights = append(rights, r)
@@ -186,7 +187,7 @@ func readmeKafkaBlock(t *testing.T, marker string, names map[string]string) []ka
 		t.Fatal(err)
 	}
 	if len(rights) == 0 {
-		t.Fatalf("README: no Kafka ACLs after %s", marker)
+		t.Fatalf("docs/security.md: no Kafka ACLs after %s", marker)
 	}
 	return rights
 }
@@ -194,7 +195,7 @@ func readmeKafkaBlock(t *testing.T, marker string, names map[string]string) []ka
 // aclWorkerUser is the Kafka user the worker logs in as in these tests.
 const aclWorkerUser = "dedupe-sec"
 
-// workerKafkaACLs are the README's Kafka ACLs for the secured tests'
+// workerKafkaACLs are the documented Kafka ACLs for the secured tests'
 // worker (secureConfig's topics and group).
 func workerKafkaACLs(t *testing.T) []kafkaRight {
 	t.Helper()
@@ -203,12 +204,12 @@ func workerKafkaACLs(t *testing.T) []kafkaRight {
 		"topic click-log": cfg.InputTopic, "topic click-log-deduped": cfg.OutputTopic, "topic click-log-dlq": cfg.DLQTopic,
 		"topic click-log-duplicates": aclDuplicatesTopic, "group dedupe-clicks": cfg.GroupID,
 	})
-	// The scenarios below take away each right the README gives; these
+	// The scenarios below take away each right the page gives; these
 	// five must be among them.
 	for _, want := range []kafkaRight{{"Read", "topic", cfg.InputTopic}, {"Read", "group", cfg.GroupID},
 		{"Write", "topic", cfg.OutputTopic}, {"Write", "topic", cfg.DLQTopic}, {"Write", "topic", aclDuplicatesTopic}} {
 		if !slices.Contains(rights, want) {
-			t.Fatalf("README's Kafka ACLs, for the test's names: %v; want %v among them", rights, want)
+			t.Fatalf("docs/security.md's Kafka ACLs, for the test's names: %v; want %v among them", rights, want)
 		}
 	}
 	return rights
@@ -277,7 +278,7 @@ func TestParseKafkaACL(t *testing.T) {
 }
 
 // The worker logs in to a broker that checks ACLs, with exactly the
-// README's Kafka ACLs, and goes end to end: each first-seen event
+// documented Kafka ACLs, and goes end to end: each first-seen event
 // forwarded once, the malformed one dead-lettered. No request of its was
 // refused (its log at debug level, kafka-go's own messages included, has
 // no authorization failure), and the rules bite: the same user may not
@@ -412,7 +413,7 @@ func aclInput() ([]*kgo.Record, clickstream.Truth) {
 // group. It stops in about 2 s on an idle machine.
 const failBound = 20 * time.Second
 
-// Each right of the README's Kafka ACLs is needed: without it the worker
+// Each right of the documented Kafka ACLs is needed: without it the worker
 // stops by itself, Run returning an error that names the missing right
 // in the form "needs Write on topic out", and nothing reaches the topic it
 // could not write (nor any output, for a missing Read). Given the right
