@@ -4,7 +4,6 @@ package app
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -16,12 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
-	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/consumer"
+	"dedupe-worker/internal/kafkaconn"
 	"dedupe-worker/internal/logs"
 	"dedupe-worker/internal/sink"
 )
@@ -98,8 +97,10 @@ type Worker struct {
 	// out, dlq and dups (nil unless DEDUPE_DUPLICATES_TOPIC) are the
 	// producers of the output, the dead letters and the copies dropped.
 	out, dlq, dups *sink.Writer
-	kafkaTLS       *tls.Config
-	kafkaSASL      sasl.Mechanism
+	// kafka is how every Kafka connection of the worker is made: the
+	// reader's, the start offsets', the producers' and the start-up
+	// check's.
+	kafka kafkaconn.Conn
 }
 
 // New builds the worker cfg describes, connecting to nothing: a setting
@@ -119,7 +120,7 @@ func newAt(cfg config.Config, log *zap.Logger, now func() time.Time) (*Worker, e
 	redis.SetLogger(redisLogger{logs.Sampled(log.Named("redis"))})
 	w := &Worker{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
 	var err error
-	if w.kafkaTLS, w.kafkaSASL, err = kafkaSecurity(cfg, log); err != nil {
+	if w.kafka, err = kafkaConn(cfg, log); err != nil {
 		return nil, err
 	}
 	if w.rc, err = NewRedis(cfg); err != nil {
@@ -161,10 +162,10 @@ func (w *Worker) build(now func() time.Time) error {
 		w.dups = w.writer(cfg.DuplicatesTopic)
 	}
 	w.consumer, err = consumer.New(consumer.Config{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID,
-		BatchSize: cfg.BatchSize, BatchLinger: cfg.BatchLinger, KafkaTimeout: cfg.KafkaTimeout,
+		Kafka: w.kafka, Topic: cfg.InputTopic, GroupID: cfg.GroupID,
+		BatchSize: cfg.BatchSize, BatchLinger: cfg.BatchLinger,
 		ShutdownTimeout: cfg.ShutdownTimeout, HandoffWait: cfg.HandoffWait, FailOpenAfter: cfg.FailOpenAfter, SessionTimeout: cfg.KafkaSessionTimeout, Extractor: ex, Logger: log, Metrics: metrics,
-		TLS: w.kafkaTLS, SASL: w.kafkaSASL, Now: now, DeadLetterLate: cfg.LatePolicy == config.LateDeadLetter, Shadow: cfg.Mode == config.ModeShadow,
+		Now: now, DeadLetterLate: cfg.LatePolicy == config.LateDeadLetter, Shadow: cfg.Mode == config.ModeShadow,
 		Start:      consumer.Start{Latest: start.Latest, At: start.Time(now())},
 		Duplicates: producerOrNil(w.dups),
 	}, filter, w.out, w.dlq)
@@ -177,8 +178,7 @@ func (w *Worker) build(now func() time.Time) error {
 
 // writer is a producer to topic, connected as the reader is.
 func (w *Worker) writer(topic string) *sink.Writer {
-	return sink.New(sink.Config{Brokers: w.cfg.KafkaBrokers, Topic: topic, BatchSize: w.cfg.BatchSize, Timeout: w.cfg.KafkaTimeout, Logger: w.log,
-		TLS: w.kafkaTLS, SASL: w.kafkaSASL})
+	return sink.New(sink.Config{Kafka: w.kafka, Topic: topic, BatchSize: w.cfg.BatchSize, Logger: w.log})
 }
 
 // logPlan logs the filter's plan: its size, rates and memory.
@@ -223,7 +223,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("serving", zap.String("http", addr))
 	// Not ready until both servers accept the connection as configured.
 	// A refused password or certificate ends the start here.
-	if err := waitForServers(ctx, w.cfg, w.kafkaTLS, w.kafkaSASL, w.rc, w.log); err != nil {
+	if err := waitForServers(ctx, w.cfg, w.kafka, w.rc, w.log); err != nil {
 		cerr := w.close(srv)
 		if ctx.Err() != nil {
 			w.log.Info("stopped before the servers were reachable")

@@ -17,20 +17,22 @@ import (
 	"go.uber.org/zap"
 
 	"dedupe-worker/config"
+	"dedupe-worker/internal/kafkaconn"
 	"dedupe-worker/internal/retry"
 )
 
-// kafkaSecurity is the TLS configuration and SASL mechanism of every Kafka
-// connection (nil when off), and logs which are in use; it never logs or
-// returns a password.
-func kafkaSecurity(cfg config.Config, log *zap.Logger) (*tls.Config, sasl.Mechanism, error) {
+// kafkaConn is how every Kafka connection of the worker is made: the
+// brokers, the TLS configuration and SASL mechanism (nil when off), the
+// time-out and the client ID. It logs which security is in use, never a
+// password.
+func kafkaConn(cfg config.Config, log *zap.Logger) (kafkaconn.Conn, error) {
 	tc, err := cfg.KafkaTLSConfig()
 	if err != nil {
-		return nil, nil, err
+		return kafkaconn.Conn{}, err
 	}
 	mech, err := cfg.KafkaSASL()
 	if err != nil {
-		return nil, nil, err
+		return kafkaconn.Conn{}, err
 	}
 	redisTLS := cfg.RedisTLS || cfg.RedisTLSCAFile != "" || cfg.RedisTLSCertFile != ""
 	log.Info("connections", zap.Bool("kafka_tls", tc != nil), zap.Bool("kafka_tls_client_cert", cfg.KafkaTLSCertFile != ""),
@@ -40,7 +42,7 @@ func kafkaSecurity(cfg config.Config, log *zap.Logger) (*tls.Config, sasl.Mechan
 	if mech != nil && mech.Name() == config.SASLPlain && tc == nil {
 		log.Warn("DEDUPE_KAFKA_SASL_MECHANISM=PLAIN without DEDUPE_KAFKA_TLS sends the Kafka password unencrypted")
 	}
-	return tc, mech, nil
+	return kafkaconn.Conn{Brokers: cfg.KafkaBrokers, TLS: tc, SASL: mech, Timeout: cfg.KafkaTimeout, ClientID: kafkaconn.ClientID(cfg.GroupID)}, nil
 }
 
 // waitForServers checks that Kafka and Redis accept connections made as
@@ -50,30 +52,25 @@ func kafkaSecurity(cfg config.Config, log *zap.Logger) (*tls.Config, sasl.Mechan
 // fix, those that cannot: a refused password, an untrusted or refused
 // certificate, a server that does not speak TLS. Each check is bounded by
 // the Kafka or Redis timeout.
-func waitForServers(ctx context.Context, cfg config.Config, kafkaTLS *tls.Config, mech sasl.Mechanism, rc redis.UniversalClient, log *zap.Logger) error {
+func waitForServers(ctx context.Context, cfg config.Config, conn kafkaconn.Conn, rc redis.UniversalClient, log *zap.Logger) error {
 	// One connection per attempt, its SASL exchange watched.
 	var probe *saslProbe
 	checkKafka := func(ctx context.Context) error {
-		tr := &kafka.Transport{
-			Dial:        (&net.Dialer{Timeout: cfg.KafkaTimeout}).DialContext,
-			DialTimeout: cfg.KafkaTimeout,
-			IdleTimeout: time.Second,
-			TLS:         kafkaTLS,
+		c := conn
+		if c.SASL != nil {
+			probe = &saslProbe{Mechanism: c.SASL}
+			c.SASL = probe
 		}
-		if mech != nil {
-			probe = &saslProbe{Mechanism: mech}
-			tr.SASL = probe
-		}
+		tr := c.Transport(time.Second, cfg.InputTopic)
 		defer tr.CloseIdleConnections()
-		ctx, cancel := context.WithTimeout(ctx, cfg.KafkaTimeout)
+		ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
-		kc := &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: cfg.KafkaTimeout, Transport: tr}
-		_, err := kc.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{cfg.InputTopic}})
+		_, err := c.Client(tr).Metadata(ctx, &kafka.MetadataRequest{Topics: []string{cfg.InputTopic}})
 		return err
 	}
 	kafkaFatal := func(err error) error { return kafkaFatal(err, probe) }
 	kafkaVars := "DEDUPE_KAFKA_BROKERS, DEDUPE_KAFKA_TLS"
-	if mech != nil {
+	if conn.SASL != nil {
 		kafkaVars += ", DEDUPE_KAFKA_SASL_MECHANISM"
 	}
 	if err := retryUntil(ctx, log, "Kafka", kafkaVars, checkKafka, kafkaFatal); err != nil {

@@ -131,9 +131,9 @@ func TestShadowMarksWhatDropDrops(t *testing.T) {
 		}
 		marked[v]++
 		ps, _ := record.ParseSource([]byte(s))
-		c := perPartition[strconv.Itoa(ps.Partition)]
+		c := perPartition[strconv.Itoa(int(ps.Partition))]
 		c[v]++
-		perPartition[strconv.Itoa(ps.Partition)] = c
+		perPartition[strconv.Itoa(int(ps.Partition))] = c
 		_, forwardedByDrop := dropOut[s]
 		if (v == record.First) != forwardedByDrop {
 			t.Errorf("%s (ID %s): shadow marked it %s, drop forwarded it: %v", s, id, v, forwardedByDrop)

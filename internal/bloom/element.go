@@ -4,18 +4,15 @@ package bloom
 // (verdicts).
 
 import (
-	"fmt"
 	"time"
+
+	"dedupe-worker/internal/record"
 )
 
-// Source is where an element was read: a Kafka topic, partition and offset.
-type Source struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-}
-
-func (s Source) String() string { return fmt.Sprintf("%s/%d/%d", s.Topic, s.Partition, s.Offset) }
+// Source is where an element was read, a Kafka topic, partition and
+// offset: the record format's source (the same type, not a copy), which
+// the worker writes in every message's dedupe-source header.
+type Source = record.Source
 
 // MaxOffset is the largest source offset accepted: Lua numbers are exact to
 // 2^53, and offsets are kept with room to spare.
@@ -111,4 +108,16 @@ func (v Verdict) String() string {
 // duplicate, nor for a replay delivered before.
 func (v Verdict) Forward() bool {
 	return v != Duplicate && v != ReplayedDuplicate && v != ReplayedDelivered
+}
+
+// Record is v as the output labels it (record.VerdictHeader, and the
+// verdict label of dedupe_partition_verdicts_total): record.First for a
+// verdict to forward, record.Duplicate for one to drop. The record format
+// keeps two values because a reader of the output needs no more; the
+// engine's verdicts say why.
+func (v Verdict) Record() record.Verdict {
+	if v.Forward() {
+		return record.First
+	}
+	return record.Duplicate
 }

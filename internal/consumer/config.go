@@ -1,12 +1,12 @@
 package consumer
 
 import (
-	"crypto/tls"
 	"fmt"
 	"time"
 
-	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
+
+	"dedupe-worker/internal/kafkaconn"
 )
 
 // The defaults and limits of Config: New takes a zero field as its
@@ -23,7 +23,7 @@ const (
 	MaxBatchLinger     = time.Minute
 	// DefaultBatchBytes is BatchBytes's default.
 	DefaultBatchBytes = 16 << 20
-	// DefaultKafkaTimeout is KafkaTimeout's default, from MinKafkaTimeout
+	// DefaultKafkaTimeout is Kafka.Timeout's default, from MinKafkaTimeout
 	// to MaxKafkaTimeout.
 	DefaultKafkaTimeout = 10 * time.Second
 	MinKafkaTimeout     = 100 * time.Millisecond
@@ -41,7 +41,11 @@ const (
 
 // Config configures a Worker. A zero field takes its default.
 type Config struct {
-	Brokers []string
+	// Kafka is where the brokers are and how to connect to them; its
+	// Timeout bounds each Kafka call, from MinKafkaTimeout to
+	// MaxKafkaTimeout. Brokers are required. Default Timeout:
+	// DefaultKafkaTimeout; default ClientID: kafkaconn.ClientID(GroupID).
+	Kafka   kafkaconn.Conn
 	Topic   string
 	GroupID string
 
@@ -56,9 +60,6 @@ type Config struct {
 	// many bytes, so that large messages do not make huge batches.
 	// Default: DefaultBatchBytes (16 MiB).
 	BatchBytes int
-	// KafkaTimeout bounds each Kafka call, from MinKafkaTimeout to
-	// MaxKafkaTimeout. Default: DefaultKafkaTimeout.
-	KafkaTimeout time.Duration
 	// ShutdownTimeout bounds finishing the batch in hand and leaving the
 	// group once Run's context is cancelled. Default:
 	// DefaultShutdownTimeout.
@@ -105,10 +106,6 @@ type Config struct {
 	// Logger, Metrics: default, none.
 	Logger  *zap.Logger
 	Metrics *Metrics
-
-	// TLS and SASL, when set, secure every connection of the reader.
-	TLS  *tls.Config
-	SASL sasl.Mechanism
 }
 
 // setDefaults fills what is not set with its default.
@@ -116,7 +113,8 @@ func (c *Config) setDefaults() {
 	orDefault(&c.BatchSize, DefaultBatchSize)
 	orDefault(&c.BatchLinger, DefaultBatchLinger)
 	orDefault(&c.BatchBytes, DefaultBatchBytes)
-	orDefault(&c.KafkaTimeout, DefaultKafkaTimeout)
+	orDefault(&c.Kafka.Timeout, DefaultKafkaTimeout)
+	orDefault(&c.Kafka.ClientID, kafkaconn.ClientID(c.GroupID))
 	orDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	orDefault(&c.SessionTimeout, DefaultSessionTimeout)
 	if c.Logger == nil {
@@ -143,7 +141,7 @@ func (c *Config) validate() error {
 	switch {
 	case c.Extractor == nil:
 		return fmt.Errorf("consumer: no extractor")
-	case len(c.Brokers) == 0 || c.Topic == "" || c.GroupID == "":
+	case len(c.Kafka.Brokers) == 0 || c.Topic == "" || c.GroupID == "":
 		return fmt.Errorf("consumer: brokers, topic and group are required")
 	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
 		return fmt.Errorf("consumer: batch size %d: want 1 to %d", c.BatchSize, MaxBatchSize)
@@ -151,8 +149,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("consumer: batch linger %v: want %v to %v", c.BatchLinger, MinBatchLinger, MaxBatchLinger)
 	case c.BatchBytes < 1:
 		return fmt.Errorf("consumer: batch bytes %d: want 1 or more", c.BatchBytes)
-	case c.KafkaTimeout < MinKafkaTimeout || c.KafkaTimeout > MaxKafkaTimeout:
-		return fmt.Errorf("consumer: Kafka timeout %v: want %v to %v", c.KafkaTimeout, MinKafkaTimeout, MaxKafkaTimeout)
+	case c.Kafka.Timeout < MinKafkaTimeout || c.Kafka.Timeout > MaxKafkaTimeout:
+		return fmt.Errorf("consumer: Kafka timeout %v: want %v to %v", c.Kafka.Timeout, MinKafkaTimeout, MaxKafkaTimeout)
 	case c.SessionTimeout < MinSessionTimeout || c.SessionTimeout > MaxSessionTimeout:
 		return fmt.Errorf("consumer: session timeout %v: want %v to %v", c.SessionTimeout, MinSessionTimeout, MaxSessionTimeout)
 	case c.ShutdownTimeout < 0:

@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"dedupe-worker/internal/bloom"
+	"dedupe-worker/internal/kafkaconn"
 	"dedupe-worker/internal/sink"
 )
 
@@ -29,7 +30,7 @@ func validConfig(t *testing.T) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Config{Brokers: []string{"127.0.0.1:9"}, Topic: "in", GroupID: "g", Extractor: ex}
+	return Config{Kafka: kafkaconn.Conn{Brokers: []string{"127.0.0.1:9"}}, Topic: "in", GroupID: "g", Extractor: ex}
 }
 
 // Zero fields take the defaults, which are within the limits; a value out
@@ -41,7 +42,7 @@ func TestConfigDefaultsAndLimits(t *testing.T) {
 		t.Fatalf("the defaults: %v", err)
 	}
 	if c.BatchSize != DefaultBatchSize || c.BatchLinger != DefaultBatchLinger || c.BatchBytes != DefaultBatchBytes ||
-		c.KafkaTimeout != DefaultKafkaTimeout || c.SessionTimeout != DefaultSessionTimeout || c.ShutdownTimeout != DefaultShutdownTimeout {
+		c.Kafka.Timeout != DefaultKafkaTimeout || c.SessionTimeout != DefaultSessionTimeout || c.ShutdownTimeout != DefaultShutdownTimeout {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, tc := range []struct {
@@ -53,8 +54,8 @@ func TestConfigDefaultsAndLimits(t *testing.T) {
 		{"batch linger", func(c *Config) { c.BatchLinger = MinBatchLinger - 1 }},
 		{"batch linger", func(c *Config) { c.BatchLinger = MaxBatchLinger + 1 }},
 		{"batch bytes", func(c *Config) { c.BatchBytes = -1 }},
-		{"Kafka timeout", func(c *Config) { c.KafkaTimeout = MinKafkaTimeout - 1 }},
-		{"Kafka timeout", func(c *Config) { c.KafkaTimeout = MaxKafkaTimeout + 1 }},
+		{"Kafka timeout", func(c *Config) { c.Kafka.Timeout = MinKafkaTimeout - 1 }},
+		{"Kafka timeout", func(c *Config) { c.Kafka.Timeout = MaxKafkaTimeout + 1 }},
 		{"session timeout", func(c *Config) { c.SessionTimeout = MinSessionTimeout - 1 }},
 		{"session timeout", func(c *Config) { c.SessionTimeout = MaxSessionTimeout + 1 }},
 		{"shutdown timeout", func(c *Config) { c.ShutdownTimeout = -time.Second }},
@@ -73,7 +74,7 @@ func TestConfigDefaultsAndLimits(t *testing.T) {
 	}
 	// The limits themselves are taken.
 	c = validConfig(t)
-	c.BatchSize, c.BatchLinger, c.KafkaTimeout, c.SessionTimeout = MaxBatchSize, MinBatchLinger, MaxKafkaTimeout, MinSessionTimeout
+	c.BatchSize, c.BatchLinger, c.Kafka.Timeout, c.SessionTimeout = MaxBatchSize, MinBatchLinger, MaxKafkaTimeout, MinSessionTimeout
 	out, dlq := newWriters()
 	if _, err := New(c, nil, out, dlq); err != nil {
 		t.Errorf("the limits: %v", err)
@@ -82,7 +83,7 @@ func TestConfigDefaultsAndLimits(t *testing.T) {
 
 // newWriters are producers that never connect: New only asks their limit.
 func newWriters() (out, dlq *sink.Writer) {
-	return sink.New(sink.Config{Brokers: []string{"127.0.0.1:9"}, Topic: "out"}), sink.New(sink.Config{Brokers: []string{"127.0.0.1:9"}, Topic: "dlq"})
+	return sink.New(sink.Config{Kafka: kafkaconn.Conn{Brokers: []string{"127.0.0.1:9"}}, Topic: "out"}), sink.New(sink.Config{Kafka: kafkaconn.Conn{Brokers: []string{"127.0.0.1:9"}}, Topic: "dlq"})
 }
 
 // Input larger than the producers take, less room for the worker's

@@ -19,14 +19,32 @@ import (
 	"dedupe-worker/internal/record"
 )
 
-// decide extracts the IDs of a batch and runs its test-and-set, retrying
-// until it succeeds or ctx ends. Input it cannot deduplicate goes with the
-// call as probes: a replay of a dead letter delivered before is not
-// dead-lettered again. Replays another replica may still be delivering
-// wait for it (awaitHandoff) until stopping ends.
+// decide takes a batch through the four steps of the stage: extract, one
+// test-and-set (retried until it succeeds or ctx ends), route and count.
+// Replays another replica may still be delivering wait for it
+// (awaitHandoff) until stopping ends.
 func (w *Worker) decide(ctx, stopping context.Context, b *buffers) error {
+	w.m.eventsIn.Add(float64(len(b.batch)))
+	w.extractBatch(b)
+	if err := w.testAndSet(ctx, stopping, b); err != nil {
+		return err
+	}
+	if b.unchecked {
+		w.forwardUnchecked(b)
+		return nil
+	}
+	t := w.route(b)
+	w.count(t, b)
+	return nil
+}
+
+// extractBatch reads the ID and event time of each message of b (the
+// Extractor) into b.elems, and sets aside as b.undecided, with their
+// sources as b.probes, the messages that cannot be deduplicated: a probe
+// tells whether a dead letter was delivered before, so that a replay of
+// it is not dead-lettered again.
+func (w *Worker) extractBatch(b *buffers) {
 	batch := b.batch
-	w.m.eventsIn.Add(float64(len(batch)))
 	elems, idx, undecided, probes := b.elems[:0], b.idx[:0], b.undecided[:0], b.probes[:0]
 	// After a rebalance or a re-fetch kafka-go can deliver an offset twice
 	// in one batch; the copy is decided once (and committed with the rest).
@@ -41,8 +59,8 @@ func (w *Worker) decide(ctx, stopping context.Context, b *buffers) error {
 		if !offsets.first(batch, i) {
 			continue
 		}
-		src := bloom.Source{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset}
-		if size := messageBytes(m); size > w.maxMessageBytes {
+		src := sourceOf(m)
+		if size := inputBytes(m); size > w.maxMessageBytes {
 			// It could be produced neither forward nor as a dead letter, and
 			// would stop the partition: dead-letter it without its value.
 			undecided = append(undecided, undecidable{i, fmt.Errorf("%w: %d bytes, more than %d", ErrTooLarge, size, w.maxMessageBytes), true})
@@ -59,34 +77,112 @@ func (w *Worker) decide(ctx, stopping context.Context, b *buffers) error {
 		idx = append(idx, i)
 	}
 	b.elems, b.idx, b.undecided, b.probes = elems, idx, undecided, probes
+}
 
+// sourceOf is where m was read.
+func sourceOf(m *kafka.Message) record.Source {
+	return record.Source{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset}
+}
+
+// testAndSet is the batch's one test-and-set (callFilter): b.decision, or
+// b.unchecked when failing open. Replays another replica decided then wait
+// for its delivered marks (HandoffWait).
+func (w *Worker) testAndSet(ctx, stopping context.Context, b *buffers) error {
 	// Before the call, what this worker asked before of each partition:
 	// a replay above it was decided by another replica.
-	askedBefore := w.noteAsked(elems, probes)
-	d, unchecked, err := w.callFilter(ctx, elems, probes)
+	askedBefore := w.noteAsked(b.elems, b.probes)
+	d, unchecked, err := w.callFilter(ctx, b.elems, b.probes)
 	if err != nil {
 		return err
 	}
 	b.decision, b.unchecked = d, unchecked
-	if unchecked {
-		w.forwardUnchecked(b)
+	if unchecked || w.cfg.HandoffWait == 0 {
 		return nil
 	}
-	if w.cfg.HandoffWait > 0 {
-		if err := w.awaitHandoff(ctx, stopping, elems, probes, d, askedBefore); err != nil {
-			return err
+	return w.awaitHandoff(ctx, stopping, b.elems, b.probes, d, askedBefore)
+}
+
+// tally is what route found, for count.
+type tally struct {
+	// verdicts counts the batch's verdicts: any value of the type has a
+	// place.
+	verdicts [math.MaxUint8 + 1]int
+	// partitions counts first and duplicate verdicts per input partition.
+	partitions partitionVerdicts
+	// skipped are replays delivered before (committed, nothing else),
+	// replayed the replays forwarded again.
+	skipped, replayed int
+	// firstLate is the index in b.elems of the first event beyond the lag
+	// bound, -1 when none is.
+	firstLate int
+}
+
+// route turns each verdict of b's decision into a message: forwarded
+// (b.out) with the record format's headers, kept as a copy (b.dups), dead-
+// lettered (b.dead) with its reason, or nothing; and each undecided
+// message into a dead letter unless it was delivered before.
+func (w *Worker) route(b *buffers) *tally {
+	t := &b.tally
+	*t = tally{firstLate: -1, partitions: t.partitions}
+	t.partitions.reset()
+	dead, skipped := w.deadLetterUndecided(b, b.decision.Probes)
+	t.skipped = skipped
+	out, dups := b.out[:0], b.dups[:0]
+	keepDups := w.cfg.Duplicates != nil && !w.cfg.Shadow
+	shadow := w.cfg.Shadow
+	deadLetterLate := w.cfg.DeadLetterLate && !shadow
+	for k, v := range b.decision.Verdicts {
+		t.verdicts[v]++
+		switch v {
+		case bloom.ReplayedDelivered:
+			t.skipped++
+			continue
+		case bloom.ReplayedFirstSeen, bloom.ReplayUnknown:
+			t.replayed++
+		}
+		m := &b.batch[b.idx[k]]
+		id := kafka.Header{Key: record.IDHeader, Value: b.elems[k].ID}
+		if v == bloom.Late || v == bloom.Future {
+			if t.firstLate < 0 {
+				t.firstLate = k
+			}
+			if deadLetterLate {
+				dead = w.deadLetter(dead, m, fmt.Errorf("%w; event time %s", beyondBound(v), b.elems[k].Time.UTC().Format(time.RFC3339Nano)))
+				continue
+			}
+			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
+				Headers: b.headers.with(m, id, kafka.Header{Key: record.UndeduplicatedHeader, Value: []byte(v.String())})})
+			continue
+		}
+		verdict := v.Record()
+		t.partitions.add(m.Partition, verdict)
+		switch {
+		case shadow:
+			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
+				Headers: b.headers.with(m, id, kafka.Header{Key: record.VerdictHeader, Value: verdict.Value()})})
+		case verdict == record.First:
+			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time, Headers: b.headers.with(m, id)})
+		case keepDups:
+			dups = append(dups, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
+				Headers: b.headers.with(m, id, kafka.Header{Key: record.VerdictHeader, Value: record.Duplicate.Value()})})
 		}
 	}
-	verdicts := d.Verdicts
-	// skipped are replays delivered before: committed, nothing else.
-	skipped, replayed := 0, 0
-	dead := b.dead[:0]
-	for k, u := range undecided {
-		if d.Probes[k] == bloom.ProbeDelivered {
+	b.out, b.dead, b.dups = out, dead, dups
+	return t
+}
+
+// deadLetterUndecided returns b.dead holding the dead letters of b's
+// undecided messages, but those whose probe answer (answers, nil when
+// failing open) says they were delivered before: it returns how many it
+// skipped.
+func (w *Worker) deadLetterUndecided(b *buffers, answers []bloom.ProbeAnswer) (dead []kafka.Message, skipped int) {
+	dead = b.dead[:0]
+	for k, u := range b.undecided {
+		if answers != nil && answers[k] == bloom.ProbeDelivered {
 			skipped++
 			continue
 		}
-		m := &batch[u.i]
+		m := &b.batch[u.i]
 		if u.noValue {
 			noValue := *m
 			noValue.Value = nil
@@ -94,169 +190,41 @@ func (w *Worker) decide(ctx, stopping context.Context, b *buffers) error {
 		}
 		dead = w.deadLetter(dead, m, u.why)
 	}
-	out, dups := b.out[:0], b.dups[:0]
-	keepDups := w.cfg.Duplicates != nil && !w.cfg.Shadow
-	// counts are by verdict: any value of the type has a place.
-	var counts [math.MaxUint8 + 1]int
-	// Per input partition, first and duplicate verdicts: a batch holds a
-	// few partitions, mostly in runs.
-	var perPartitionBuf [16]partitionCount
-	perPartition := perPartitionBuf[:0]
-	shadow := w.cfg.Shadow
-	deadLetterLate := w.cfg.DeadLetterLate && !shadow
+	return dead, skipped
+}
+
+// count adds what route found in b to the metrics, and reports events
+// beyond the lag bound (sampled).
+func (w *Worker) count(t *tally, b *buffers) {
 	now := w.cfg.Now()
-	firstLate := -1
-	for k, v := range verdicts {
-		counts[v]++
-		switch v {
-		case bloom.ReplayedDelivered:
-			skipped++
-			continue
-		case bloom.ReplayedFirstSeen, bloom.ReplayUnknown:
-			replayed++
-		}
-		w.m.eventLag.Observe(max(now.Sub(elems[k].Time), 0).Seconds())
-		m := &batch[idx[k]]
-		id := kafka.Header{Key: record.IDHeader, Value: elems[k].ID}
-		if v == bloom.Late || v == bloom.Future {
-			if firstLate < 0 {
-				firstLate = k
-			}
-			if deadLetterLate {
-				dead = w.deadLetter(dead, m, fmt.Errorf("%w; event time %s", beyondBound(v), elems[k].Time.UTC().Format(time.RFC3339Nano)))
-				continue
-			}
-			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
-				Headers: headers.with(m, id, kafka.Header{Key: record.UndeduplicatedHeader, Value: []byte(v.String())})})
-			continue
-		}
-		verdict := record.First
-		if !v.Forward() {
-			verdict = record.Duplicate
-		}
-		perPartition = countPartition(perPartition, int32(m.Partition), verdict)
-		switch {
-		case shadow:
-			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
-				Headers: headers.with(m, id, kafka.Header{Key: record.VerdictHeader, Value: verdict.Value()})})
-		case verdict == record.First:
-			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time, Headers: headers.with(m, id)})
-		case keepDups:
-			dups = append(dups, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
-				Headers: headers.with(m, id, kafka.Header{Key: record.VerdictHeader, Value: record.Duplicate.Value()})})
+	for k, v := range b.decision.Verdicts {
+		if v != bloom.ReplayedDelivered {
+			w.m.eventLag.Observe(max(now.Sub(b.elems[k].Time), 0).Seconds())
 		}
 	}
-	b.out, b.dead, b.dups = out, dead, dups
-	for v, n := range counts {
+	for v, n := range t.verdicts {
 		if n > 0 {
 			w.m.verdicts.WithLabelValues(bloom.Verdict(v).String()).Add(float64(n))
 		}
 	}
-	for _, c := range perPartition {
-		w.m.addPartitionVerdicts(w.cfg.Topic, c.partition, c.n)
+	for i, n := range t.partitions.n {
+		w.m.addPartitionVerdicts(w.cfg.Topic, int32(t.partitions.slots.parts[i]), n)
 	}
-	if skipped > 0 {
-		w.m.replays.WithLabelValues(ReplaySkipped).Add(float64(skipped))
+	if t.skipped > 0 {
+		w.m.replays.WithLabelValues(ReplaySkipped).Add(float64(t.skipped))
 	}
-	if replayed > 0 {
-		w.m.replays.WithLabelValues(ReplayForwarded).Add(float64(replayed))
+	if t.replayed > 0 {
+		w.m.replays.WithLabelValues(ReplayForwarded).Add(float64(t.replayed))
 	}
-	if firstLate >= 0 {
-		e := elems[firstLate]
+	if t.firstLate >= 0 {
+		e := b.elems[t.firstLate]
 		action := "forwarded undeduplicated"
-		if deadLetterLate {
+		if w.cfg.DeadLetterLate && !w.cfg.Shadow {
 			action = "dead-lettered"
 		}
-		w.lateLog.Warn("events beyond the lag bound "+action, zap.Int("late", counts[bloom.Late]), zap.Int("future", counts[bloom.Future]),
+		w.lateLog.Warn("events beyond the lag bound "+action, zap.Int("late", t.verdicts[bloom.Late]), zap.Int("future", t.verdicts[bloom.Future]),
 			zap.Stringer("first", e.Source), zap.Time("first_event_time", e.Time), zap.Duration("first_lag", now.Sub(e.Time)))
 	}
-	return nil
-}
-
-// batchOffsets finds the offsets a batch holds more than once. A
-// partition's offsets come in ascending order unless kafka-go fetched
-// again, so while they do, the highest offset per partition tells that an
-// offset is new; from the first that does not on, every offset is noted in
-// a set.
-type batchOffsets struct {
-	// highest is each partition's highest offset so far, while they ascend.
-	highest []partitionOffset
-	// seen holds the batch's offsets once one did not ascend (any is set).
-	seen map[[2]int64]struct{}
-	any  bool
-}
-
-type partitionOffset struct {
-	partition int
-	offset    int64
-}
-
-// reset readies o for a new batch.
-func (o *batchOffsets) reset() {
-	o.highest = o.highest[:0]
-	if o.any {
-		clear(o.seen)
-		o.any = false
-	}
-}
-
-// first reports whether batch[i] is the first message of the batch with
-// its partition and offset; batch[:i] went through first before it.
-func (o *batchOffsets) first(batch []kafka.Message, i int) bool {
-	m := &batch[i]
-	if !o.any {
-		h := len(o.highest) - 1 // a batch holds a few partitions, mostly in runs
-		for h >= 0 && o.highest[h].partition != m.Partition {
-			h--
-		}
-		switch {
-		case h < 0:
-			o.highest = append(o.highest, partitionOffset{m.Partition, m.Offset})
-			return true
-		case m.Offset > o.highest[h].offset:
-			o.highest[h].offset = m.Offset
-			return true
-		}
-		// The first offset that does not ascend: batch[:i] are all new.
-		o.any = true
-		if o.seen == nil {
-			o.seen = make(map[[2]int64]struct{}, len(batch))
-		}
-		for j := range batch[:i] {
-			o.seen[[2]int64{int64(batch[j].Partition), batch[j].Offset}] = struct{}{}
-		}
-	}
-	k := [2]int64{int64(m.Partition), m.Offset}
-	if _, dup := o.seen[k]; dup {
-		return false
-	}
-	o.seen[k] = struct{}{}
-	return true
-}
-
-// partitionCount counts a batch's verdicts of one input partition, by
-// record.Verdict.
-type partitionCount struct {
-	partition int32
-	n         [2]int
-}
-
-// countPartition counts verdict v of partition p into perPartition, which it
-// returns.
-func countPartition(perPartition []partitionCount, p int32, v record.Verdict) []partitionCount {
-	if n := len(perPartition); n > 0 && perPartition[n-1].partition == p {
-		perPartition[n-1].n[v]++
-		return perPartition
-	}
-	for i := range perPartition {
-		if perPartition[i].partition == p {
-			perPartition[i].n[v]++
-			return perPartition
-		}
-	}
-	c := partitionCount{partition: p}
-	c.n[v]++
-	return append(perPartition, c)
 }
 
 // undecidable is input that is not tested (batch[i], dead-lettered for
@@ -299,7 +267,7 @@ func (w *Worker) deadLetter(dead []kafka.Message, m *kafka.Message, reason error
 	w.m.deadLettered.WithLabelValues(r.String()).Inc()
 	h := make([]kafka.Header, 0, len(m.Headers)+3)
 	h = append(h, m.Headers...)
-	h = append(h, kafka.Header{Key: record.SourceHeader, Value: record.AppendSource(nil, m.Topic, m.Partition, m.Offset)},
+	h = append(h, kafka.Header{Key: record.SourceHeader, Value: sourceOf(m).Append(nil)},
 		kafka.Header{Key: record.ErrorHeader, Value: []byte(reason.Error())},
 		kafka.Header{Key: record.ReasonHeader, Value: []byte(r.String())})
 	return append(dead, kafka.Message{Key: m.Key, Value: m.Value, Headers: h, Time: m.Time})

@@ -49,7 +49,7 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	if len(refused) > 0 {
 		f := refused[0]
 		return w.stageError(StepDeadLetter, topicOf(w.dlq), fmt.Errorf("%w: %d of them, the first from %s: %w",
-			ErrDeadLetterRefused, len(refused), sourceOf(&f.msg), f.err))
+			ErrDeadLetterRefused, len(refused), sourceHeader(&f.msg), f.err))
 	}
 	w.m.forwarded.Add(float64(forwarded))
 	acked := time.Now()
@@ -72,7 +72,7 @@ func (w *Worker) deliver(ctx context.Context, r *kafka.Reader, d *buffers) error
 	tries := 0
 	err = retry.Do(ctx, commitBackoff, func(ctx context.Context) error {
 		tries++
-		cctx, cancel := context.WithTimeout(ctx, w.cfg.KafkaTimeout)
+		cctx, cancel := context.WithTimeout(ctx, w.cfg.Kafka.Timeout)
 		defer cancel()
 		return r.CommitMessages(cctx, d.last...)
 	}, func(err error, _ time.Duration) error {
@@ -218,8 +218,8 @@ func refusedLetter(f refusal) kafka.Message {
 // keeps.
 const refusedPartMax = 1 << 10
 
-// sourceOf is the dedupe-source of a message the worker wrote.
-func sourceOf(m *kafka.Message) string {
+// sourceHeader is the dedupe-source of a message the worker wrote.
+func sourceHeader(m *kafka.Message) string {
 	for _, h := range m.Headers {
 		if h.Key == record.SourceHeader {
 			return string(h.Value)
@@ -234,32 +234,6 @@ var ErrDeadLetterRefused = errors.New("the dead-letter topic refused dead letter
 
 // commitBackoff spaces the three tries of a commit.
 var commitBackoff = retry.Backoff{First: 100 * time.Millisecond, Max: 200 * time.Millisecond}
-
-// highest appends to into, per partition of batch in the order they first
-// appear, the message with the highest offset.
-func highest(batch []kafka.Message, into []kafka.Message) []kafka.Message {
-	// at is the index in batch of each partition's highest so far: a batch
-	// holds a few partitions, mostly in runs, and a message is copied once.
-	var atBuf [16]int
-	at := atBuf[:0]
-	for i := range batch {
-		m := &batch[i]
-		k := len(at) - 1
-		for k >= 0 && batch[at[k]].Partition != m.Partition {
-			k--
-		}
-		switch {
-		case k < 0:
-			at = append(at, i)
-		case m.Offset > batch[at[k]].Offset:
-			at[k] = i
-		}
-	}
-	for _, i := range at {
-		into = append(into, batch[i])
-	}
-	return into
-}
 
 // setLag sets the lag of each partition from last, the message with the
 // highest offset read from it (one per partition), and drops partitions

@@ -113,16 +113,8 @@ const failOpenRetry = time.Second
 // filter: every valid event forwarded, marked unchecked and counted; what
 // cannot be deduplicated dead-lettered.
 func (w *Worker) forwardUnchecked(b *buffers) {
-	dead, out := b.dead[:0], b.out[:0]
-	for _, u := range b.undecided {
-		m := &b.batch[u.i]
-		if u.noValue {
-			noValue := *m
-			noValue.Value = nil
-			m = &noValue
-		}
-		dead = w.deadLetter(dead, m, u.why)
-	}
+	dead, _ := w.deadLetterUndecided(b, nil)
+	out := b.out[:0]
 	for k := range b.elems {
 		m := &b.batch[b.idx[k]]
 		out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,

@@ -72,7 +72,7 @@ func (w *Worker) fetch(ctx context.Context, r *kafka.Reader, b *buffers) ([]kafk
 		}
 		batch = append(batch, m)
 		fetched = append(fetched, now)
-		size += messageBytes(&m)
+		size += inputBytes(&m)
 	}
 	return batch, fetched, nil
 }
@@ -100,6 +100,8 @@ type buffers struct {
 	// upTo is, per partition, the highest offset the batch delivered.
 	upTo    []bloom.Source
 	offsets batchOffsets
+	// tally is what route found, for count.
+	tally   tally
 	headers headerBuf
 	last    []kafka.Message // per partition, the message to commit
 	// retried is set when a write of the batch failed. kafka-go may still
@@ -108,7 +110,10 @@ type buffers struct {
 	retried bool
 }
 
-func messageBytes(m *kafka.Message) int {
+// inputBytes is the bytes of m's key, value and headers, without
+// kafka-go's framing: what BatchBytes counts, and what is held against the
+// producers' limit less headerAllowance.
+func inputBytes(m *kafka.Message) int {
 	n := len(m.Key) + len(m.Value)
 	for _, h := range m.Headers {
 		n += len(h.Key) + len(h.Value)

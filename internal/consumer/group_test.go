@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zapcore"
 
+	"dedupe-worker/internal/kafkaconn"
 	"dedupe-worker/internal/testenv"
 )
 
@@ -176,7 +177,7 @@ func (r *groupRig) deadMember() {
 // when the test ends, after the broker: a reader whose join the broker
 // holds would otherwise wait for its deadline to close.
 func (r *groupRig) startReader(g GroupTimings) {
-	cfg := Config{Brokers: r.k.Addrs(), Topic: groupTopic, GroupID: groupName, BatchSize: 100, KafkaTimeout: 5 * time.Second}
+	cfg := Config{Kafka: kafkaconn.Conn{Brokers: r.k.Addrs(), Timeout: 5 * time.Second}, Topic: groupTopic, GroupID: groupName, BatchSize: 100}
 	rd := kafka.NewReader(readerConfig(cfg, g, testenv.Logger(r.t, zapcore.ErrorLevel)))
 	r.t.Cleanup(func() { rd.Close() })
 	r.t.Cleanup(r.k.Close)

@@ -48,7 +48,7 @@ func (b *headerBuf) with(m *kafka.Message, extra ...kafka.Header) []kafka.Header
 		b.bytes = make([]byte, 0, max(need, 2*cap(b.bytes), 8<<10))
 	}
 	start := len(b.bytes)
-	b.bytes = record.AppendSource(b.bytes, m.Topic, m.Partition, m.Offset)
+	b.bytes = sourceOf(m).Append(b.bytes)
 	src := b.bytes[start:len(b.bytes):len(b.bytes)]
 	first := len(b.headers)
 	b.headers = append(b.headers, m.Headers...)

@@ -21,7 +21,7 @@ func (w *Worker) newReader(kafkaLog *zap.Logger) *kafka.Reader {
 // cfg's group, with the group timings g.
 func readerConfig(cfg Config, g GroupTimings, kafkaLog *zap.Logger) kafka.ReaderConfig {
 	return kafka.ReaderConfig{
-		Brokers:  cfg.Brokers,
+		Brokers:  cfg.Kafka.Brokers,
 		GroupID:  cfg.GroupID,
 		Topic:    cfg.Topic,
 		MinBytes: 1,
@@ -43,7 +43,7 @@ func readerConfig(cfg Config, g GroupTimings, kafkaLog *zap.Logger) kafka.Reader
 		ReadBackoffMin:    50 * time.Millisecond,
 		ReadBackoffMax:    time.Second,
 		MaxAttempts:       3,
-		Dialer:            &kafka.Dialer{Timeout: cfg.KafkaTimeout, TLS: cfg.TLS, SASLMechanism: cfg.SASL, ClientID: ClientID(cfg.GroupID)},
+		Dialer:            cfg.Kafka.Dialer(),
 		Logger:            logs.Kafka(kafkaLog, zap.DebugLevel),
 		ErrorLogger:       logs.Kafka(kafkaLog, zap.WarnLevel),
 	}

@@ -3,31 +3,33 @@
 // input that cannot be deduplicated to a dead-letter topic, and commits
 // offsets only after both are acknowledged.
 //
-// A Worker runs two stages in two goroutines, so that the next batch is
-// read and decided while the last one is written: an event goes through
+// Run starts three stages, named where they start (pipeline.go): watch
+// the group's joins (reader.go), fetch and decide, and deliver, so that
+// the next batch is read and decided while the last one is written. An
+// event goes through
 //
 //   - fetch.go: the reader, and a batch of up to BatchSize messages;
-//   - decide.go: its ID and event time (the Extractor, extract.go), one
-//     test-and-set per batch (the Filter), and the messages to forward and
-//     to dead-letter, with the headers of the record format (package
-//     record);
+//   - decide.go: extract (its ID and event time, the Extractor of
+//     extract.go), one test-and-set per batch (the Filter), route (the
+//     messages to forward and to dead-letter, with the headers of the
+//     record format, package record) and count;
 //   - deliver.go: both written (the Producer, producer.go), the batch
 //     marked delivered, then the offsets committed.
 //
+// partitions.go is the one scan of a batch's partitions the stages share;
 // handoff.go holds the wait for replays another replica may still be
 // delivering; failopen.go the test-and-set's retries and, with
 // FailOpenAfter, the batches forwarded unchecked.
 //
-// worker.go holds the lifecycle: Run, the shutdown budget, readiness and
-// the retries; config.go the Config, its defaults and limits. start.go
-// places a new group's first offsets; idsource.go reads where the ID is.
+// worker.go holds the Worker: New, Run, readiness and the retries;
+// config.go the Config, its defaults and limits. start.go places a new
+// group's first offsets; idsource.go reads where the ID is.
 package consumer
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,212 +149,56 @@ func (w *Worker) Ready() bool {
 func (w *Worker) Run(ctx context.Context) error {
 	groupLog := w.log.With(zap.String("topic", w.cfg.Topic), zap.String("group", w.cfg.GroupID))
 	w.kafkaLog = logs.Sampled(groupLog)
-	if err := w.retry(ctx, &w.fetching, StepStart, w.cfg.Topic, func(ctx context.Context) error {
-		// The Transport asks for the input topic by name: from a cache of
-		// all topics, a topic the user may not read would just be missing
-		// (unknown), not refused, and would be retried for ever.
-		cl := &kafka.Client{Addr: kafka.TCP(w.cfg.Brokers...), Timeout: w.cfg.KafkaTimeout,
-			Transport: &kafka.Transport{DialTimeout: w.cfg.KafkaTimeout, TLS: w.cfg.TLS, SASL: w.cfg.SASL, ClientID: ClientID(w.cfg.GroupID),
-				MetadataTopics: []string{w.cfg.Topic}}}
-		defer cl.Transport.(*kafka.Transport).CloseIdleConnections()
-		set, err := SetStart(ctx, cl, w.cfg.GroupID, w.cfg.Topic, w.cfg.Start, w.cfg.KafkaTimeout)
-		if set {
-			groupLog.Info("new consumer group: start offsets committed", zap.Stringer("start", w.cfg.Start))
-		}
-		return err
-	}); err != nil {
+	if err := w.placeStart(ctx, groupLog); err != nil {
 		if ctx.Err() != nil {
 			return nil
-		}
-		if se, ok := errors.AsType[*StageError](err); ok {
-			w.failed.Store(true)
-			w.m.errors.WithLabelValues(se.Step).Inc()
 		}
 		return err
 	}
 	r := w.newReader(w.kafkaLog)
 	w.running.Store(true)
-	// Two stages: this goroutine fetches and decides batch n+1 while
-	// deliver produces and commits batch n, in order. wctx outlives ctx by
-	// ShutdownTimeout, so the batches in hand are finished on shutdown;
-	// fctx, the fetch's, ends with ctx. A stage that fails for good ends
-	// both at once (stop).
-	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer wcancel()
-	fctx, fcancel := context.WithCancel(ctx)
-	defer fcancel()
-	joinDone := make(chan struct{})
-	go func() { defer close(joinDone); w.watchReader(fctx, r) }()
-	defer func() { fcancel(); <-joinDone }()
-	var (
-		failOnce sync.Once
-		failure  *StageError // set once, before wctx ends
-	)
-	stop := func(se *StageError) {
-		failOnce.Do(func() {
-			failure = se
-			w.failed.Store(true)
-			w.m.errors.WithLabelValues(se.Step).Inc()
-			fcancel()
-			wcancel()
-		})
-	}
-	var finishBy atomic.Int64 // when the batches in hand must be finished
-	stopTimer := context.AfterFunc(ctx, func() {
-		finishBy.Store(time.Now().Add(w.cfg.ShutdownTimeout).UnixNano())
-		time.AfterFunc(w.cfg.ShutdownTimeout, wcancel)
-	})
-	defer stopTimer()
-	decidedCh := make(chan *buffers, 1)
-	delivered := make(chan error, 1)
-	// finished counts the batches deliver is done with, and progress tells
-	// the loop of each (see inFlight).
-	var finished atomic.Int64
-	progress := make(chan struct{}, 1)
-	go func() {
-		var err error
-		defer close(progress)
-		for d := range decidedCh {
-			// After a failure, or once the shutdown budget ran out, later
-			// batches are not delivered (out of order, or at all): Run
-			// reports them.
-			if err == nil {
-				if err = wctx.Err(); err == nil {
-					err = w.deliver(wctx, r, d)
-				}
-				if se, ok := errors.AsType[*StageError](err); ok {
-					stop(se)
-				}
-			}
-			if err == nil && !d.retried {
-				w.bufs.Put(d)
-			}
-			finished.Add(1)
-			select {
-			case progress <- struct{}{}:
-			default:
-			}
-		}
-		delivered <- err
-	}()
-	var runErr error
-	// sent counts the batches handed to deliver; inFlight holds, per
-	// partition, the highest offset handed. A batch that reads one of
-	// those offsets again (kafka-go starts a partition again from its
-	// committed offset after a rebalance, even when it stays here) waits
-	// for the batches in flight, so that their delivered marks are set
-	// before it is decided and its replays are skipped.
-	var sent int64
-	inFlight := map[int]int64{}
-	for wctx.Err() == nil {
-		b := w.bufs.Get().(*buffers)
-		// Failing open, an idle worker still tries the filter every
-		// failOpenRetry, so that it knows when Redis is back.
-		fetchCtx, fetchCancel := fctx, context.CancelFunc(func() {})
-		if w.failOpen.open {
-			fetchCtx, fetchCancel = context.WithTimeout(fctx, failOpenRetry)
-		}
-		batch, fetched, err := w.fetch(fetchCtx, r, b)
-		fetchCancel()
-		b.batch, b.fetched = batch, fetched
-		if err == nil && len(batch) == 0 && w.failOpen.open && fctx.Err() == nil {
-			w.tryFilter(fctx)
-		}
-		if err != nil {
-			stop(w.stageError(StepFetch, w.cfg.Topic, err))
-			break
-		}
-		if len(batch) > 0 && wctx.Err() != nil {
-			if !w.failed.Load() && runErr == nil { // the shutdown budget ran out with a batch fetched
-				runErr = wctx.Err()
-			}
-			break
-		}
-		if len(batch) > 0 {
-			if readsAgain(batch, inFlight) {
-				for finished.Load() < sent && wctx.Err() == nil {
-					select {
-					case <-progress:
-					case <-wctx.Done():
-					}
-				}
-			}
-			if err := w.decide(wctx, fctx, b); err != nil {
-				if se, ok := errors.AsType[*StageError](err); ok {
-					stop(se)
-				} else if ctx.Err() != nil {
-					runErr = err // the shutdown budget ran out
-				}
-				break
-			}
-			for i := range batch {
-				inFlight[batch[i].Partition] = max(inFlight[batch[i].Partition], batch[i].Offset)
-			}
-			sent++
-			decidedCh <- b
-		} else {
-			w.bufs.Put(b)
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	close(decidedCh)
-	if err := <-delivered; err != nil && runErr == nil {
-		runErr = err
-	}
-	if runErr != nil {
-		runErr = fmt.Errorf("finishing the batches in hand at shutdown: %w", runErr)
-	}
-	if failure != nil {
-		runErr = failure
-	}
+	p := w.newPipeline(ctx)
+	defer p.end()
+	watching := make(chan struct{})
+	go func() { defer close(watching); w.watchReader(p.fctx, r) }()
+	go w.deliverAll(p, r)
+	fetchErr := w.fetchAndDecide(p, r)
+	close(p.decided)
+	err := p.result(fetchErr, <-p.delivered)
 	w.running.Store(false)
-	// Nothing is fetching or committing now, so Close cannot hang on a
-	// commit in flight; it leaves the group.
-	// Leaving the group takes what is left of the budget, and at most
-	// ReaderCloseTimeout past it: a broker that does not answer must not
-	// hold the shutdown.
-	wait := ReaderCloseTimeout
-	if by := finishBy.Load(); by != 0 && failure == nil {
-		wait += max(time.Until(time.Unix(0, by)), 0)
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- r.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			groupLog.Warn("closing the reader", zap.Error(err))
-		}
-	case <-time.After(wait):
-		groupLog.Warn("the reader did not close in time: leaving the group to the session timeout", zap.Duration("waited", wait))
-	}
-	return runErr
+	w.closeReader(p, r, groupLog)
+	p.fcancel()
+	<-watching
+	return err
 }
 
-// readsAgain reports whether batch holds an offset at or below the
-// highest one handed to deliver for its partition (inFlight).
-func readsAgain(batch []kafka.Message, inFlight map[int]int64) bool {
-	for i := range batch {
-		if high, ok := inFlight[batch[i].Partition]; ok && batch[i].Offset <= high {
-			return true
+// placeStart commits a new group's first offsets (SetStart), retrying
+// until it can. A failure that retrying cannot mend is returned as a
+// *StageError and makes the worker not ready.
+func (w *Worker) placeStart(ctx context.Context, groupLog *zap.Logger) error {
+	err := w.retry(ctx, &w.fetching, StepStart, w.cfg.Topic, func(ctx context.Context) error {
+		tr := w.cfg.Kafka.Transport(startIdle, w.cfg.Topic)
+		defer tr.CloseIdleConnections()
+		set, err := SetStart(ctx, w.cfg.Kafka.Client(tr), w.cfg.GroupID, w.cfg.Topic, w.cfg.Start, w.cfg.Kafka.Timeout)
+		if set {
+			groupLog.Info("new consumer group: start offsets committed", zap.Stringer("start", w.cfg.Start))
 		}
+		return err
+	})
+	if se, ok := errors.AsType[*StageError](err); ok && ctx.Err() == nil {
+		w.failed.Store(true)
+		w.m.errors.WithLabelValues(se.Step).Inc()
 	}
-	return false
+	return err
 }
 
 // ReaderCloseTimeout is how long Run waits, past its ShutdownTimeout, for
 // the reader to leave the group.
 const ReaderCloseTimeout = 2 * time.Second
 
-// ClientID names this process to the brokers: "dedupe-worker.", the
-// group, the host name and the process ID. A group member's ID starts with
-// its client ID, so broker-side tools show which pod holds which
-// partitions.
-func ClientID(group string) string {
-	host, _ := os.Hostname()
-	return fmt.Sprintf("dedupe-worker.%s.%s.%d", group, host, os.Getpid())
-}
+// startIdle is how long placeStart's connections stay open unused: it
+// closes them itself once done.
+const startIdle = 30 * time.Second
 
 // retry calls f until it succeeds, fails for good (permanent) or ctx
 // ends, backing off between tries (retry.Calls). While it fails, the

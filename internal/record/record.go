@@ -93,20 +93,25 @@ func ParseVerdict(b []byte) (Verdict, bool) {
 }
 
 // Source is where an input message was: its topic, partition and offset.
+// The worker writes it in the SourceHeader of what it forwards and
+// dead-letters, and the engine keys its decision records and delivered
+// marks by it (bloom.Element.Source).
 type Source struct {
 	Topic     string
-	Partition int
+	Partition int32
 	Offset    int64
 }
 
-// AppendSource appends the SourceHeader value of a source,
-// topic/partition/offset, to b.
-func AppendSource(b []byte, topic string, partition int, offset int64) []byte {
-	b = append(b, topic...)
+// String is the SourceHeader value of s, topic/partition/offset.
+func (s Source) String() string { return string(s.Append(nil)) }
+
+// Append appends the SourceHeader value of s to b.
+func (s Source) Append(b []byte) []byte {
+	b = append(b, s.Topic...)
 	b = append(b, '/')
-	b = strconv.AppendInt(b, int64(partition), 10)
+	b = strconv.AppendInt(b, int64(s.Partition), 10)
 	b = append(b, '/')
-	return strconv.AppendInt(b, offset, 10)
+	return strconv.AppendInt(b, s.Offset, 10)
 }
 
 // ParseSource reads a SourceHeader value. Topic names cannot hold '/', so
@@ -116,7 +121,7 @@ func ParseSource(v []byte) (Source, bool) {
 	if !ok {
 		return Source{}, false
 	}
-	return Source{Topic: string(v[:j]), Partition: p, Offset: o}, true
+	return Source{Topic: string(v[:j]), Partition: int32(p), Offset: o}, true
 }
 
 // SourcePartition is the partition of a SourceHeader value that
@@ -137,7 +142,7 @@ func parseSource(v []byte) (topicEnd, partition int, offset int64, ok bool) {
 	if j <= 0 {
 		return 0, 0, 0, false
 	}
-	p, err := strconv.Atoi(string(v[j+1 : i]))
+	p, err := strconv.ParseInt(string(v[j+1:i]), 10, 32) // Kafka's partitions are int32
 	if err != nil || p < 0 {
 		return 0, 0, 0, false
 	}
@@ -145,7 +150,7 @@ func parseSource(v []byte) (topicEnd, partition int, offset int64, ok bool) {
 	if err != nil || o < 0 {
 		return 0, 0, 0, false
 	}
-	return j, p, o, true
+	return j, int(p), o, true
 }
 
 // Reason is why a message went to the dead-letter topic. Its label

@@ -9,16 +9,19 @@ import (
 
 func TestSourceRoundTrip(t *testing.T) {
 	for _, s := range []Source{{"click-log", 0, 0}, {"a.b_c-d", 17, 1<<52 - 1}, {"t", 3, 42}} {
-		v := AppendSource(nil, s.Topic, s.Partition, s.Offset)
+		v := s.Append(nil)
+		if s.String() != string(v) {
+			t.Errorf("%+v: String %q, Append %q", s, s.String(), v)
+		}
 		got, ok := ParseSource(v)
 		if !ok || got != s {
 			t.Errorf("%q: %+v %v, want %+v", v, got, ok, s)
 		}
-		if p, ok := SourcePartition(v); !ok || p != s.Partition {
+		if p, ok := SourcePartition(v); !ok || p != int(s.Partition) {
 			t.Errorf("%q: partition %d %v, want %d", v, p, ok, s.Partition)
 		}
 	}
-	for _, bad := range []string{"", "t", "t/1", "/1/2", "t/x/2", "t/1/y", "t/-1/2", "t/1/-2"} {
+	for _, bad := range []string{"", "t", "t/1", "/1/2", "t/x/2", "t/1/y", "t/-1/2", "t/1/-2", "t/2147483648/0"} {
 		if s, ok := ParseSource([]byte(bad)); ok {
 			t.Errorf("%q parsed as %+v", bad, s)
 		}

@@ -118,7 +118,7 @@ func (w *Writer) batches(msgs []kafka.Message, order []int, lo, hi int) []batch 
 	var bs []batch
 	first, size := lo, 0
 	for j := lo; j < hi; j++ {
-		n := messageBytes(&msgs[order[j]])
+		n := recordSize(&msgs[order[j]])
 		if j > first && size+n > MaxBatchBytes {
 			bs = append(bs, batch{lo: first, hi: j})
 			first, size = j, 0

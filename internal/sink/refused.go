@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	"strconv"
 	"strings"
 
 	"github.com/segmentio/kafka-go"
@@ -27,39 +26,21 @@ import (
 	"dedupe-worker/internal/record"
 )
 
-// Reason is why a topic refused a message for its content.
-type Reason uint8
-
-// The reasons a message is rejected.
-const (
-	// TooLarge: the message alone is larger than the topic accepts
-	// (MESSAGE_TOO_LARGE: its max.message.bytes; RECORD_LIST_TOO_LARGE: its
-	// segment.bytes), or than MaxBatchBytes, in which case it is not sent.
-	TooLarge Reason = iota + 1
-	// Invalid: the broker finds the message alone invalid: INVALID_RECORD
-	// (for example no key on a compacted topic), INVALID_TIMESTAMP (a
-	// timestamp outside the topic's message.timestamp bounds), or
-	// CORRUPT_MESSAGE three times in a row.
-	Invalid
-)
-
-var reasonLabels = [...]string{TooLarge: "too_large", Invalid: "invalid"}
-
-// String is the reason's label: "too_large" or "invalid".
-func (r Reason) String() string {
-	if int(r) < len(reasonLabels) && reasonLabels[r] != "" {
-		return reasonLabels[r]
-	}
-	return "reason_" + strconv.Itoa(int(r))
-}
-
 // Rejection is a message the topic refused for its content. It is an
 // error too: the broker's answer, which says the dead-letter reason of the
 // message (record.ReasonOf).
 type Rejection struct {
 	// Index is the message's position in the slice given to Write.
-	Index  int
-	Reason Reason
+	Index int
+	// Reason is the message's dead-letter reason: record.TooLarge when
+	// the message alone is larger than the topic accepts
+	// (MESSAGE_TOO_LARGE: its max.message.bytes; RECORD_LIST_TOO_LARGE: its
+	// segment.bytes) or than MaxBatchBytes, in which case it is not sent;
+	// record.Refused when the broker finds the message alone invalid:
+	// INVALID_RECORD (for example no key on a compacted topic),
+	// INVALID_TIMESTAMP (a timestamp outside the topic's
+	// message.timestamp bounds), or CORRUPT_MESSAGE three times in a row.
+	Reason record.Reason
 	// Err is the broker's answer to the message sent alone (a kafka.Error
 	// inside, e.g. kafka.MessageSizeTooLarge), or, for a message larger
 	// than MaxBatchBytes, kafka.MessageSizeTooLarge with its size.
@@ -72,14 +53,8 @@ func (r Rejection) Error() string { return r.Err.Error() }
 // Unwrap is Err.
 func (r Rejection) Unwrap() error { return r.Err }
 
-// DeadLetterReason is the dead-letter reason of a rejected message:
-// record.TooLarge, or record.Refused for one the broker finds invalid.
-func (r Rejection) DeadLetterReason() record.Reason {
-	if r.Reason == TooLarge {
-		return record.TooLarge
-	}
-	return record.Refused
-}
+// DeadLetterReason is Reason: record.ReasonOf finds it in an error.
+func (r Rejection) DeadLetterReason() record.Reason { return r.Reason }
 
 // ErrRejected is inside the error of a Write that had messages rejected
 // (WriteError.Rejected).
@@ -183,9 +158,9 @@ type outcome uint8
 const (
 	acked     outcome = iota
 	retryable         // try again until the deadline
-	tooLarge          // refused for its content: split, or reject as TooLarge
-	invalid           // refused for its content: split, or reject as Invalid
-	corrupt           // CORRUPT_MESSAGE: split, or reject as Invalid after corruptTries
+	tooLarge          // refused for its content: split, or reject as record.TooLarge
+	invalid           // refused for its content: split, or reject as record.Refused
+	corrupt           // CORRUPT_MESSAGE: split, or reject as record.Refused after corruptTries
 	permanent         // stop at once
 )
 
@@ -228,10 +203,10 @@ func classify(err error) outcome {
 	return retryable
 }
 
-// messageBytes is a message's size as kafka-go measures it (its
+// recordSize is a message's size as kafka-go measures it (its
 // Message.totalSize): what batches are cut by, and what Write holds
 // against MaxBatchBytes before sending a message.
-func messageBytes(m *kafka.Message) int {
+func recordSize(m *kafka.Message) int {
 	n := 4 + 1 + 1 + 8 + 4 + len(m.Key) + 4 + len(m.Value) // crc, magic, attributes, timestamp, key, value
 	n += varintLen(len(m.Headers))
 	for _, h := range m.Headers {

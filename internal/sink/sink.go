@@ -6,16 +6,14 @@
 package sink
 
 import (
-	"crypto/tls"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
 
+	"dedupe-worker/internal/kafkaconn"
 	"dedupe-worker/internal/logs"
 	"dedupe-worker/internal/record"
 )
@@ -23,7 +21,7 @@ import (
 // MaxBatchBytes bounds a produce request per partition, which is one
 // record batch: a broker refuses batches above its message.max.bytes
 // (1048588 by default). Write rejects a message larger than this, as
-// kafka-go measures it, without sending it (TooLarge).
+// kafka-go measures it, without sending it (record.TooLarge).
 const MaxBatchBytes = 1_040_000
 
 // The defaults of Config.
@@ -36,18 +34,15 @@ const (
 
 // Config configures a Writer.
 type Config struct {
-	Brokers []string
-	Topic   string
+	// Kafka is where the brokers are and how to connect to them; its
+	// Timeout bounds one Write, retries included, and each request in it.
+	// Brokers are required. Default Timeout: DefaultTimeout.
+	Kafka kafkaconn.Conn
+	Topic string
 	// BatchSize is the most messages in one produce request per partition.
 	// Default: DefaultBatchSize.
 	BatchSize int
-	// Timeout bounds one Write, retries included. Default: DefaultTimeout.
-	Timeout time.Duration
-	Logger  *zap.Logger
-	// TLS, when set, is used for every broker connection.
-	TLS *tls.Config
-	// SASL, when set, authenticates every broker connection.
-	SASL sasl.Mechanism
+	Logger    *zap.Logger
 }
 
 // Writer produces to one topic with acks from all in-sync replicas.
@@ -89,34 +84,25 @@ func New(cfg Config) *Writer {
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = DefaultBatchSize
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
+	if cfg.Kafka.Timeout == 0 {
+		cfg.Kafka.Timeout = DefaultTimeout
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
 	log = log.With(zap.String("topic", cfg.Topic))
-	transport := &kafka.Transport{
-		Dial:        (&net.Dialer{Timeout: cfg.Timeout}).DialContext,
-		DialTimeout: cfg.Timeout,
-		IdleTimeout: time.Minute,
-		TLS:         cfg.TLS,
-		SASL:        cfg.SASL,
-		// Ask for this topic by name. From a cache of all topics, one the
-		// user may not write (nor so describe) is simply missing: reported
-		// unknown and retried for ever, instead of refused.
-		MetadataTopics: []string{cfg.Topic},
-	}
+	// The metadata asked for is this topic's alone (kafkaconn.Transport).
+	transport := cfg.Kafka.Transport(time.Minute, cfg.Topic)
 	return &Writer{
 		// The client's Timeout bounds each request, and the broker's wait
 		// for the acks of all in-sync replicas within it. Write sends each
 		// batch once per call and retries what failed itself.
-		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: transport, Timeout: cfg.Timeout},
+		client:    cfg.Kafka.Client(transport),
 		transport: transport,
 		topic:     cfg.Topic,
 		batchSize: cfg.BatchSize,
-		timeout:   cfg.Timeout,
+		timeout:   cfg.Kafka.Timeout,
 		log:       log,
 		sampled:   logs.Sampled(log),
 		tails:     map[int]chan struct{}{},
@@ -140,7 +126,7 @@ func (w *Writer) Close() error {
 func (w *Writer) Topic() string { return w.topic }
 
 // MaxMessageBytes is the largest message Write sends, MaxBatchBytes, as
-// kafka-go measures it; Write rejects a larger one (TooLarge).
+// kafka-go measures it; Write rejects a larger one (record.TooLarge).
 func (w *Writer) MaxMessageBytes() int { return MaxBatchBytes }
 
 // partitionOf is the output partition of m among n: that of its source

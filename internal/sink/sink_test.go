@@ -8,6 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"dedupe-worker/internal/kafkaconn"
 	"dedupe-worker/internal/sink"
 	"dedupe-worker/internal/testenv"
 )
@@ -17,7 +18,7 @@ import (
 // and small ones around them still share batches.
 func TestLargeMessagesFitTheBrokerLimit(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"out": 1})
-	w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 5 * time.Second})
+	w := sink.New(sink.Config{Kafka: kafkaconn.Conn{Brokers: k.Addrs(), Timeout: 5 * time.Second}, Topic: "out"})
 	defer w.Close()
 	var msgs []kafka.Message
 	for i := 0; i < 3; i++ {

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	kgoplain "github.com/twmb/franz-go/pkg/sasl/plain"
 
+	"dedupe-worker/internal/kafkaconn"
 	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/sink"
 	"dedupe-worker/internal/testenv"
@@ -34,7 +35,7 @@ func sourced(n, partitions, size int) []kafka.Message {
 	for i := range msgs {
 		p := i % partitions
 		msgs[i] = kafka.Message{Key: []byte(fmt.Sprintf("m-%d", i)), Value: bytes.Repeat([]byte{'v'}, size),
-			Headers: []kafka.Header{{Key: record.SourceHeader, Value: record.AppendSource(nil, "in", p, int64(i))}}}
+			Headers: []kafka.Header{{Key: record.SourceHeader, Value: record.Source{Topic: "in", Partition: int32(p), Offset: int64(i)}.Append(nil)}}}
 	}
 	return msgs
 }
@@ -64,7 +65,7 @@ func copies(t *testing.T, k *testenv.Kafka, topic string, msgs []kafka.Message) 
 			t.Fatalf("record %q has dedupe-source %q, want %q", r.Key, src, m.Headers[0].Value)
 		}
 		s, _ := record.ParseSource(src)
-		if int(r.Partition) != s.Partition%partitionsOf(t, k, topic) {
+		if int(r.Partition) != int(s.Partition)%partitionsOf(t, k, topic) {
 			t.Fatalf("record %q on partition %d, source %s", r.Key, r.Partition, src)
 		}
 		n[string(r.Key)]++
@@ -244,7 +245,7 @@ func TestPartialFailureRetriesOnlyTheFailedBatches(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := testenv.StartKafka(t, testenv.Topics{"out": 3})
-			w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second, Logger: testenv.Logger(t, -1)})
+			w := sink.New(sink.Config{Kafka: kafkaconn.Conn{Brokers: k.Addrs(), Timeout: 30 * time.Second}, Topic: "out", Logger: testenv.Logger(t, -1)})
 			defer w.Close()
 			count := countProduces(k, "out")
 			failed := tc.fail(k)
@@ -278,7 +279,7 @@ func TestPartialFailureRetriesOnlyTheFailedBatches(t *testing.T) {
 // copy Write's contract announces. The other partitions' are there once.
 func TestTimeoutAfterTheWriteGivesACopy(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"out": 3})
-	w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second})
+	w := sink.New(sink.Config{Kafka: kafkaconn.Conn{Brokers: k.Addrs(), Timeout: 30 * time.Second}, Topic: "out"})
 	defer w.Close()
 	h := k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Partitions: []int32{1}, Err: kerr.RequestTimedOut, Count: 1})
 	msgs := sourced(300, 3, 100)
@@ -320,7 +321,7 @@ func TestUnacknowledgedAtTheDeadline(t *testing.T) {
 			k := testenv.StartKafka(t, testenv.Topics{"out": 3})
 			timeout := tc.timeout
 			cancelled := tc.want == context.Canceled
-			w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: timeout})
+			w := sink.New(sink.Config{Kafka: kafkaconn.Conn{Brokers: k.Addrs(), Timeout: timeout}, Topic: "out"})
 			defer w.Close()
 			count := countProduces(k, "out")
 			h := k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Partitions: []int32{1}, Err: kerr.NotEnoughReplicas, Count: -1})
@@ -376,7 +377,7 @@ func TestUnacknowledgedAtTheDeadline(t *testing.T) {
 				t.Fatal(err)
 			}
 			h.Remove()
-			again := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second})
+			again := sink.New(sink.Config{Kafka: kafkaconn.Conn{Brokers: k.Addrs(), Timeout: 30 * time.Second}, Topic: "out"})
 			defer again.Close()
 			pending, cause := we.Unacknowledged(msgs)
 			if len(pending) != len(want) || cause != we.Err || cause == nil {
@@ -410,7 +411,7 @@ func TestRefusedForContent(t *testing.T) {
 		// size of message i; the big ones are refused.
 		size    func(i int) int
 		refused []int
-		reason  sink.Reason
+		reason  record.Reason
 		// deadLetter is the reason of their dead letters.
 		deadLetter record.Reason
 		code       error
@@ -424,7 +425,7 @@ func TestRefusedForContent(t *testing.T) {
 				return 2 * limit
 			}
 			return 100
-		}, refused: []int{37}, reason: sink.TooLarge, deadLetter: record.TooLarge, code: kafka.MessageSizeTooLarge},
+		}, refused: []int{37}, reason: record.TooLarge, deadLetter: record.TooLarge, code: kafka.MessageSizeTooLarge},
 		{name: "two too large, one just under", size: func(i int) int {
 			switch i {
 			case 0, 299:
@@ -433,14 +434,14 @@ func TestRefusedForContent(t *testing.T) {
 				return limit - 200 // the batch header and the record's framing fit
 			}
 			return 100
-		}, refused: []int{0, 299}, reason: sink.TooLarge, deadLetter: record.TooLarge, code: kafka.MessageSizeTooLarge},
-		{name: "INVALID_RECORD", size: func(int) int { return 100 }, refused: []int{201}, reason: sink.Invalid, deadLetter: record.Refused, code: kafka.InvalidRecord, fault: kerr.InvalidRecord},
-		{name: "CORRUPT_MESSAGE", size: func(int) int { return 100 }, refused: []int{5}, reason: sink.Invalid, deadLetter: record.Refused, code: kafka.InvalidMessage, fault: kerr.CorruptMessage},
+		}, refused: []int{0, 299}, reason: record.TooLarge, deadLetter: record.TooLarge, code: kafka.MessageSizeTooLarge},
+		{name: "INVALID_RECORD", size: func(int) int { return 100 }, refused: []int{201}, reason: record.Refused, deadLetter: record.Refused, code: kafka.InvalidRecord, fault: kerr.InvalidRecord},
+		{name: "CORRUPT_MESSAGE", size: func(int) int { return 100 }, refused: []int{5}, reason: record.Refused, deadLetter: record.Refused, code: kafka.InvalidMessage, fault: kerr.CorruptMessage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := testenv.StartKafka(t, nil)
 			k.CreateTopic("out", 2, map[string]string{"max.message.bytes": fmt.Sprint(limit)})
-			w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second})
+			w := sink.New(sink.Config{Kafka: kafkaconn.Conn{Brokers: k.Addrs(), Timeout: 30 * time.Second}, Topic: "out"})
 			defer w.Close()
 			count := countProduces(k, "out")
 			msgs := sourced(300, 2, 0)
@@ -575,7 +576,7 @@ func TestBrokerEnforcesMaxMessageBytes(t *testing.T) {
 // MaxBatchBytes is sent.
 func TestLargerThanTheWriterLimit(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"out": 1})
-	w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second})
+	w := sink.New(sink.Config{Kafka: kafkaconn.Conn{Brokers: k.Addrs(), Timeout: 30 * time.Second}, Topic: "out"})
 	defer w.Close()
 	count := countProduces(k, "out")
 	msgs := sourced(3, 1, 10)
@@ -586,7 +587,7 @@ func TestLargerThanTheWriterLimit(t *testing.T) {
 	msgs[0].Value = bytes.Repeat([]byte{'v'}, sink.MaxBatchBytes-fixed+1)
 	_, err := write(t, w, msgs)
 	var we *sink.WriteError
-	if !errors.As(err, &we) || we.Err != nil || len(we.Rejected) != 1 || we.Rejected[0].Index != 0 || we.Rejected[0].Reason != sink.TooLarge {
+	if !errors.As(err, &we) || we.Err != nil || len(we.Rejected) != 1 || we.Rejected[0].Index != 0 || we.Rejected[0].Reason != record.TooLarge {
 		t.Fatalf("Write returned %v; want message 0 rejected TooLarge, the others written", err)
 	}
 	if count.total() != 1 {
@@ -628,9 +629,9 @@ func TestPermanentFailureReturnsAtOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			k, mech := tc.start(t)
 			const timeout = 30 * time.Second
-			cfg := sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: timeout}
+			cfg := sink.Config{Kafka: kafkaconn.Conn{Brokers: k.Addrs(), Timeout: timeout}, Topic: "out"}
 			if mech != nil {
-				cfg.SASL = mech
+				cfg.Kafka.SASL = mech
 			}
 			w := sink.New(cfg)
 			defer w.Close()
@@ -679,7 +680,7 @@ func faulted(code *kerr.Error) func(t *testing.T) (*testenv.Kafka, *plain.Mechan
 // messages of the batch that was on the wire, twice.
 func TestAbandonedBatchesAreNotSent(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"out": 1})
-	w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", BatchSize: 2, Timeout: 30 * time.Second, Logger: testenv.Logger(t, -1)})
+	w := sink.New(sink.Config{Kafka: kafkaconn.Conn{Brokers: k.Addrs(), Timeout: 30 * time.Second}, Topic: "out", BatchSize: 2, Logger: testenv.Logger(t, -1)})
 	defer w.Close()
 	count := countProduces(k, "out")
 	msgs := sourced(6, 1, 100) // three batches of two, to partition 0
@@ -744,7 +745,7 @@ func TestAbandonedBatchesAreNotSent(t *testing.T) {
 // that answer came), every message written once.
 func TestLeaderMoveRefreshesMetadata(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"out": 3}, kfake.NumBrokers(3))
-	w := sink.New(sink.Config{Brokers: k.Addrs(), Topic: "out", Timeout: 30 * time.Second, Logger: testenv.Logger(t, -1)})
+	w := sink.New(sink.Config{Kafka: kafkaconn.Conn{Brokers: k.Addrs(), Timeout: 30 * time.Second}, Topic: "out", Logger: testenv.Logger(t, -1)})
 	defer w.Close()
 	first := sourced(30, 3, 100)
 	if _, err := write(t, w, first); err != nil {
