@@ -43,8 +43,8 @@ type configVar struct {
 
 // knownVars are the variables config.Config reads, from its envconfig
 // tags: DEDUPE_ and the tag. A field without a tag fails the test, since
-// envconfig would then derive a name the README and these checks do not
-// know.
+// envconfig would then derive a name docs/configuration.md and these
+// checks do not know.
 func knownVars(t *testing.T) map[string]configVar {
 	t.Helper()
 	vars := map[string]configVar{}

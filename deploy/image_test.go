@@ -92,7 +92,8 @@ func clicksTopics(t *testing.T) (in, out, dlq string) {
 }
 
 // stopGrace is the grace period docker stop gives the worker: the
-// compose file's stop_grace_period, which the README explains.
+// compose file's stop_grace_period, longer than the worker's shutdown
+// bound (docs/operations.md, Replicas).
 const stopGrace = 70 * time.Second
 
 // The worker's image, run as the README runs it (read-only, no

@@ -195,7 +195,8 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	if err := r.Stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	// The worker ran as the README's least-privilege user, within it.
+	// The worker ran as the least-privilege user of docs/security.md,
+	// within it.
 	admin := testenv.RedisClient(t, srv)
 	noDenials(t, admin)
 	wc, err := NewRedis(cfg)
@@ -374,8 +375,8 @@ func TestRunRedisClusterACLTLS(t *testing.T) {
 	cfg.Shards = 3
 	cfg.RedisUsername, cfg.RedisPassword, cfg.RedisTLSCAFile = aclWorker, config.Secret(redisPass), certs.CAFile
 	runToEnd(t, k, cfg)
-	// The worker ran as the README's least-privilege user, within it, on
-	// every master.
+	// The worker ran as the least-privilege user of docs/security.md,
+	// within it, on every master.
 	admin := redis.NewClusterClient(c.ClusterOptions())
 	defer admin.Close()
 	noDenials(t, admin)
