@@ -6,7 +6,7 @@
 //	test-broker create-topics -brokers HOST:PORT -partitions N TOPIC...
 //	test-broker ping -brokers HOST:PORT    exit 0 once the broker answers
 //
-// It is not a Kafka: see the README's "Test broker" for where its group
+// It is not a Kafka: see docs/testing.md, "Test broker", for where its group
 // coordinator differs.
 package main
 

@@ -46,7 +46,7 @@ func NewRedis(cfg config.Config) (redis.UniversalClient, error) {
 		WriteTimeout:          cfg.RedisTimeout,
 		MaxRetries:            2,
 		// Nothing on connect beyond HELLO: no CLIENT SETINFO, no
-		// maintenance notifications, so the README's ACL is the whole list.
+		// maintenance notifications, so the ACL of docs/security.md is the whole list.
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}), nil
@@ -220,7 +220,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.log.Info("serving", zap.String("http", addr))
+	w.log.Info("serving", zap.String("http", addr), zap.Duration("shutdown_bound", ShutdownBound(w.cfg)))
 	// Not ready until both servers accept the connection as configured.
 	// A refused password or certificate ends the start here.
 	if err := waitForServers(ctx, w.cfg, w.kafka, w.rc, w.log); err != nil {

@@ -51,11 +51,11 @@ func (r kafkaRight) acl(principal string) kfake.ACL {
 		Operation: op, Allow: true}
 }
 
-// readmePrincipal is the principal the documented Kafka ACLs are written for.
-const readmePrincipal = "User:dedupe-clicks"
+// docsPrincipal is the principal the documented Kafka ACLs are written for.
+const docsPrincipal = "User:dedupe-clicks"
 
 // parseKafkaACL reads one line of the documented Kafka ACLs: a kafka-acls.sh
-// command that adds rights for readmePrincipal. It accepts only what
+// command that adds rights for docsPrincipal. It accepts only what
 // grants exactly the rights it returns (allow, literal names, any host):
 // a line it cannot read in full is an error, never a right skipped.
 func parseKafkaACL(line string) ([]kafkaRight, error) {
@@ -118,8 +118,8 @@ func parseKafkaACL(line string) ([]kafkaRight, error) {
 	switch {
 	case !add:
 		return nil, fmt.Errorf("%q: no --add", line)
-	case principal != readmePrincipal:
-		return nil, fmt.Errorf("%q: principal %q, want %q", line, principal, readmePrincipal)
+	case principal != docsPrincipal:
+		return nil, fmt.Errorf("%q: principal %q, want %q", line, principal, docsPrincipal)
 	case op == "":
 		return nil, fmt.Errorf("%q: no --operation", line)
 	case len(res) == 0:
@@ -131,18 +131,18 @@ func parseKafkaACL(line string) ([]kafkaRight, error) {
 	return res, nil
 }
 
-// readmeKafkaACLs are the rights of the Kafka ACLs in docs/security.md
+// docsKafkaACLs are the rights of the Kafka ACLs in docs/security.md
 // (the lines of the fenced block after "<!-- kafka-acl -->", and of the
 // one after "<!-- kafka-acl-duplicates -->" for DEDUPE_DUPLICATES_TOPIC,
 // written for the pipeline clicks), with the pipeline's names replaced by
 // names[resource+" "+name]. It fails the test on a line it cannot read or
 // a name it cannot replace.
-func readmeKafkaACLs(t *testing.T, names map[string]string) []kafkaRight {
+func docsKafkaACLs(t *testing.T, names map[string]string) []kafkaRight {
 	t.Helper()
 	return append(readmeKafkaBlock(t, "<!-- kafka-acl -->", names), readmeKafkaBlock(t, "<!-- kafka-acl-duplicates -->", names)...)
 }
 
-// readmeKafkaBlock is readmeKafkaACLs for the block after marker.
+// readmeKafkaBlock is docsKafkaACLs for the block after marker.
 func readmeKafkaBlock(t *testing.T, marker string, names map[string]string) []kafkaRight {
 	t.Helper()
 	f, err := os.Open("../../docs/security.md")
@@ -200,7 +200,7 @@ const aclWorkerUser = "dedupe-sec"
 func workerKafkaACLs(t *testing.T) []kafkaRight {
 	t.Helper()
 	cfg := secureConfig(nil, nil)
-	rights := readmeKafkaACLs(t, map[string]string{
+	rights := docsKafkaACLs(t, map[string]string{
 		"topic click-log": cfg.InputTopic, "topic click-log-deduped": cfg.OutputTopic, "topic click-log-dlq": cfg.DLQTopic,
 		"topic click-log-duplicates": aclDuplicatesTopic, "group dedupe-clicks": cfg.GroupID,
 	})
@@ -283,7 +283,7 @@ func TestParseKafkaACL(t *testing.T) {
 // refused (its log at debug level, kafka-go's own messages included, has
 // no authorization failure), and the rules bite: the same user may not
 // write the input or read the output.
-func TestRunUnderTheREADMEKafkaACLs(t *testing.T) {
+func TestRunUnderTheDocumentedKafkaACLs(t *testing.T) {
 	rights := workerKafkaACLs(t)
 	pass := password(t, "kafka")
 	k := startACLKafka(t, pass, rights)

@@ -55,8 +55,8 @@ func permanent(err error) bool {
 
 // stageError is err, permanent, as a *StageError of step with what to
 // check: for a refused authorization, the right the worker's Kafka user
-// lacks (the README's least-privilege ACLs); topic is the topic the step
-// reads or writes.
+// lacks (the least-privilege ACLs of docs/security.md); topic is the step's
+// topic.
 func (w *Worker) stageError(step, topic string, err error) *StageError {
 	if se, ok := errors.AsType[*StageError](err); ok {
 		return se

@@ -145,10 +145,16 @@ func GroupTimingsFor(session time.Duration) GroupTimings {
 // attempts at joining, seconds later. Reader.Stats resets its counters, so
 // nothing else reads them; the rebalances it counts go to
 // dedupe_rebalances_total.
+//
+// A replica that has not joined after a join period (JoinPeriod: the time
+// a member takes to send its JoinGroup again) says so, once per period:
+// it is not ready, and would otherwise be silent about why.
 func (w *Worker) watchReader(ctx context.Context, r *kafka.Reader) {
 	t := time.NewTicker(joinPoll)
 	defer t.Stop()
 	slow := false
+	start, period := time.Now(), GroupTimingsFor(w.cfg.SessionTimeout).JoinPeriod()
+	warnAt := start.Add(period)
 	for {
 		if n := r.Stats().Rebalances; n > 0 {
 			w.m.rebalances.Add(float64(n))
@@ -157,6 +163,11 @@ func (w *Worker) watchReader(ctx context.Context, r *kafka.Reader) {
 		if !slow && w.joined.Load() {
 			slow = true
 			t.Reset(statsPoll)
+		}
+		if now := time.Now(); !w.joined.Load() && now.After(warnAt) {
+			warnAt = now.Add(period)
+			w.log.Warn("not in the consumer group yet: not ready; the coordinator may be waiting for members that died, or the group or topic may be refused (see the errors above)",
+				zap.String("group", w.cfg.GroupID), zap.Duration("waited", now.Sub(start).Round(time.Millisecond)))
 		}
 		select {
 		case <-ctx.Done():
