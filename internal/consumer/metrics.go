@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/record"
@@ -203,15 +202,4 @@ func (m *Metrics) addPartitionVerdicts(topic string, partition int32, n [2]int) 
 			c[v].Add(float64(x))
 		}
 	}
-}
-
-// EventsIn is the number of input messages read so far. It reads one
-// counter, unlike a Gather, which also collects (and waits on) every
-// histogram.
-func (m *Metrics) EventsIn() float64 {
-	var d dto.Metric
-	if err := m.eventsIn.Write(&d); err != nil {
-		return 0
-	}
-	return d.GetCounter().GetValue()
 }
