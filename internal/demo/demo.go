@@ -5,24 +5,14 @@
 package demo
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
-	"dedupe-worker/config"
-	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/redisproc"
@@ -47,50 +37,70 @@ var ErrNoRedis = errors.New("redis-server is not on the PATH: install the Debian
 // ErrInvalidOptions wraps the errors of options out of range.
 var ErrInvalidOptions = errors.New("invalid option")
 
-// freeAddr is a loopback address whose port was free a moment ago.
-func freeAddr() (string, error) {
-	port, err := redisproc.FreePort()
-	if err != nil {
-		return "", err
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
-}
-
-// logBuffer keeps the first 256 kB of the workers' log and counts its
-// lines.
-type logBuffer struct {
-	mu    sync.Mutex
-	buf   bytes.Buffer
-	lines int
-	echo  io.Writer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines += bytes.Count(p, []byte{'\n'})
-	if l.buf.Len() < 256<<10 {
-		l.buf.Write(p)
-	}
-	if l.echo != nil {
-		l.echo.Write(p)
-	}
-	return len(p), nil
-}
-
-func (l *logBuffer) snapshot() (string, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String(), l.lines
-}
-
 // Run runs the demo: a Kafka-protocol broker in this process, a
-// redis-server child process, two worker replicas (app.Run, one consumer
-// group), a generator with a known ground truth, and the verifier. It
-// returns an error when the run could not be completed; what the verifier
-// found is in the Result.
+// redis-server child process, two worker replicas (each built by app.New,
+// one consumer group), a generator with a known ground truth, and the
+// verifier. It returns an error when the run could not be completed; what
+// the verifier found is in the Result.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	o.setDefaults()
+	res, err := newResult(o)
+	if err != nil {
+		return nil, err
+	}
+	logs := &logBuffer{}
+	if o.Verbose {
+		logs.echo = o.Progress
+	}
+	defer func() { res.Log, res.LogLines = logs.snapshot() }()
+	srv, err := startServers(ctx, res.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	cfgs, err := replicaConfigs(o, srv.brokers, srv.redisAddr)
+	if err != nil {
+		return nil, err
+	}
+	st, err := openStore(ctx, cfgs[0])
+	if err != nil {
+		return nil, err
+	}
+	defer st.rc.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(srv.brokers...), kgo.DefaultProduceTopic(InputTopic))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+
+	reps, err := startReplicas(ctx, cfgs, newLogger(logs))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { res.WorkerErrors = append(res.WorkerErrors, reps.stop()...) }()
+	if err := waitForGroup(ctx, cl, reps.early); err != nil {
+		return res, err
+	}
+	tr, final, err := feed(ctx, o, cl, res, reps)
+	if err != nil {
+		return res, err
+	}
+	decided, err := readDecisions(ctx, st, o, tr, res)
+	if err != nil {
+		return res, err
+	}
+	res.WorkerErrors = append(res.WorkerErrors, reps.stop()...)
+	out, dead, err := readTopics(ctx, srv.brokers)
+	if err != nil {
+		return res, err
+	}
+	judge(res, tr, out, dead, decided, final)
+	return res, nil
+}
+
+// newResult checks o and that redis-server can be run, and starts the
+// result with the filter's plan, the input's partitions and the ID source.
+func newResult(o Options) (*Result, error) {
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
@@ -107,117 +117,35 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if res.IDSource, err = workerConfig(o, nil, "", "").IDSource(); err != nil {
 		return nil, err
 	}
-	logs := &logBuffer{}
-	if o.Verbose {
-		logs.echo = o.Progress
-	}
-	defer func() { res.Log, res.LogLines = logs.snapshot() }()
+	return res, nil
+}
 
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	redisAddr, stopRedis, err := startRedis(sctx)
-	cancel()
-	if err != nil {
-		return nil, err
-	}
-	defer stopRedis()
-	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(res.Partitions, InputTopic, OutputTopic),
-		kfake.SeedTopics(1, DLQTopic), kfake.GroupMinSessionTimeout(500*time.Millisecond))
-	if err != nil {
-		return nil, fmt.Errorf("starting the Kafka-protocol broker: %w", err)
-	}
-	defer broker.Close()
-	brokers := broker.ListenAddrs()
-
-	cfgs := make([]config.Config, Replicas)
-	for i := range cfgs {
-		addr, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		cfgs[i] = workerConfig(o, brokers, redisAddr, addr)
-		if err := cfgs[i].Validate(); err != nil {
-			return nil, err
-		}
-	}
-	rc, err := app.NewRedis(cfgs[0])
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	filter, err := app.NewFilter(cfgs[0], rc)
-	if err != nil {
-		return nil, err
-	}
-	if err := filter.CheckServer(ctx); err != nil {
-		return nil, err
-	}
-	memBefore, err := usedMemory(ctx, rc)
-	if err != nil {
-		return nil, err
-	}
-
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(InputTopic))
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-
-	// The replicas.
-	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	logger := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(logs), zap.WarnLevel))
-	wctx, cancelWorkers := context.WithCancel(ctx)
-	defer cancelWorkers()
-	dones := make([]chan error, Replicas)
-	for i := range cfgs {
-		dones[i] = make(chan error, 1)
-		go func() { dones[i] <- app.Run(wctx, cfgs[i], logger.With(zap.Int("replica", i+1))) }()
-	}
-	stopped := false
-	stopWorkers := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancelWorkers()
-		for i, d := range dones {
-			select {
-			case err := <-d:
-				if err != nil {
-					res.WorkerErrors = append(res.WorkerErrors, fmt.Errorf("replica %d: %w", i+1, err))
-				}
-			case <-time.After(cfgs[i].ShutdownTimeout + 10*time.Second):
-				res.WorkerErrors = append(res.WorkerErrors, fmt.Errorf("replica %d did not stop within %v", i+1, cfgs[i].ShutdownTimeout+10*time.Second))
-			}
-		}
-	}
-	defer stopWorkers()
-	early := func() error {
-		for i, d := range dones {
-			select {
-			case err := <-d:
-				dones[i] <- err // for stopWorkers
-				return fmt.Errorf("replica %d stopped early: %v", i+1, err)
-			default:
-			}
-		}
-		return nil
-	}
-	if err := waitForGroup(ctx, cl, early); err != nil {
-		return res, err
-	}
-
-	// Progress, from the replicas' own /metrics.
-	urls := make([]string, Replicas)
-	for i, c := range cfgs {
-		urls[i] = "http://" + c.HTTPAddr + "/metrics"
-	}
+// feed produces the click events, showing the replicas' progress from
+// their own /metrics, and waits until the group has committed every
+// offset produced. It returns the ground truth and the replicas' last
+// counters, and sets res.Elapsed.
+func feed(ctx context.Context, o Options, cl *kgo.Client, res *Result, reps *replicas) (*truth, snapshot, error) {
 	var produced atomic.Int64
-	mon := startMonitor(ctx, o, urls, &produced)
-
-	// Produce, remembering where each event went.
+	mon := startMonitor(ctx, o, reps.metricsURLs(), &produced)
 	start := time.Now()
 	tr := newTruth(o.N)
+	ends, err := produce(ctx, o, cl, tr, &produced)
+	if err == nil {
+		err = waitCommitted(ctx, cl, res.Partitions, ends, reps.early)
+	}
+	if err != nil {
+		mon.stop("")
+		return nil, snapshot{}, err
+	}
+	res.Elapsed = time.Since(start)
+	final := mon.stop(fmt.Sprintf("done in %v", res.Elapsed.Round(time.Millisecond)))
+	return tr, final, nil
+}
+
+// produce writes o.N click events to the input, 5,000 at a time, and
+// remembers in tr where each went. It returns the end offset of each
+// partition.
+func produce(ctx context.Context, o Options, cl *kgo.Client, tr *truth, produced *atomic.Int64) (map[int32]int64, error) {
 	ends := map[int32]int64{}
 	stream := clickstream.NewStream(o.Dup, o.Bad, o.Seed, func() time.Time { return time.Now().Add(-o.Behind) })
 	for sent := 0; sent < o.N; {
@@ -231,8 +159,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		err := cl.ProduceSync(pctx, recs...).FirstErr()
 		cancel()
 		if err != nil {
-			mon.stop("")
-			return res, fmt.Errorf("producing the click events: %w", err)
+			return nil, fmt.Errorf("producing the click events: %w", err)
 		}
 		for j, r := range recs {
 			tr.add(evs[j], r.Partition, r.Offset)
@@ -241,43 +168,40 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		sent += k
 		produced.Store(int64(sent))
 	}
+	return ends, nil
+}
 
-	// Wait until the group has committed every offset produced.
-	if err := waitCommitted(ctx, cl, res.Partitions, ends, early); err != nil {
-		mon.stop("")
-		return res, err
-	}
-	res.Elapsed = time.Since(start)
-	final := mon.stop(fmt.Sprintf("done in %v", res.Elapsed.Round(time.Millisecond)))
-
-	// What Redis holds, before anything is stopped.
+// readDecisions reads what Redis holds before anything is stopped: the
+// memory and the filter's statistics into res, and the decision recorded
+// for each input event, in the order of tr.inputs.
+func readDecisions(ctx context.Context, st *store, o Options, tr *truth, res *Result) ([]bloom.Recorded, error) {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := redisFacts(rctx, rc, filter, o, tr, res, memBefore); err != nil {
-		return res, err
+	if err := redisFacts(rctx, st.rc, st.filter, o, tr, res, st.memBefore); err != nil {
+		return nil, err
 	}
 	elems, idx := tr.elements(InputTopic)
-	rec, err := filter.Recorded(rctx, elems)
+	rec, err := st.filter.Recorded(rctx, elems)
 	if err != nil {
-		return res, fmt.Errorf("reading the decision records: %w", err)
+		return nil, fmt.Errorf("reading the decision records: %w", err)
 	}
 	decided := make([]bloom.Recorded, len(tr.inputs))
 	for k, i := range idx {
 		decided[i] = rec[k]
 	}
-	stopWorkers()
+	return decided, nil
+}
 
+// readTopics reads the output and the dead letters, once the replicas
+// have stopped.
+func readTopics(ctx context.Context, brokers []string) (out, dead []*kgo.Record, err error) {
 	kctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	out, err := clickstream.ReadToEnd(kctx, brokers, OutputTopic)
-	if err != nil {
-		return res, err
+	if out, err = clickstream.ReadToEnd(kctx, brokers, OutputTopic); err != nil {
+		return nil, nil, err
 	}
-	dead, err := clickstream.ReadToEnd(kctx, brokers, DLQTopic)
-	if err != nil {
-		return res, err
+	if dead, err = clickstream.ReadToEnd(kctx, brokers, DLQTopic); err != nil {
+		return nil, nil, err
 	}
-
-	judge(res, tr, out, dead, decided, final)
-	return res, nil
+	return out, dead, nil
 }

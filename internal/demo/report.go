@@ -93,8 +93,31 @@ func (r *Result) OK() bool { return len(r.problems()) == 0 }
 // EventsPerSecond is the run's throughput.
 func (r *Result) EventsPerSecond() float64 { return float64(r.Events) / r.Elapsed.Seconds() }
 
-// Print writes the report.
+// Print writes the report: what the run was, a table of what became of
+// the events, of the filter and of the replicas, and the verdict.
 func (r *Result) Print(w io.Writer) {
+	r.printHeader(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
+	r.eventRows(row)
+	r.filterRows(row)
+	r.replicaRows(row)
+	tw.Flush()
+
+	bad := r.problems()
+	if len(bad) == 0 {
+		fmt.Fprintln(w, "\nresult: OK, nothing lost")
+		return
+	}
+	fmt.Fprintf(w, "\nresult: FAILED: %s\n", strings.Join(bad, "; "))
+}
+
+// rowFunc adds a row to the report's table: its name and its text.
+type rowFunc func(k, format string, a ...any)
+
+// printHeader says what the run was: the events, the replicas, the
+// filter and, when not the defaults, the ID source and the mode.
+func (r *Result) printHeader(w io.Writer) {
 	o, pl := r.Options, r.Plan
 	fmt.Fprintf(w, "dedupe-worker demo: %s click events (%s%% repeats, %s%% malformed) through %d worker replicas in one group, %d input partitions\n",
 		group3(int64(r.Events)), percent(o.Dup), percent(o.Bad), Replicas, r.Partitions)
@@ -105,9 +128,12 @@ func (r *Result) Print(w io.Writer) {
 		fmt.Fprintf(w, "IDs from %s; mode %s\n", r.IDSource, o.Mode)
 	}
 	fmt.Fprintln(w)
+}
 
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
+// eventRows are the rows of what became of the events: forwarded (and
+// marked, in shadow mode), dropped, dead-lettered, lost.
+func (r *Result) eventRows(row rowFunc) {
+	o := r.Options
 	row("events in", "%s", group3(int64(r.Events)))
 	row("distinct valid IDs", "%s (in %s valid events)", group3(int64(r.Distinct)), group3(int64(r.Valid)))
 	forwarded := "forwarded"
@@ -136,6 +162,13 @@ func (r *Result) Print(w io.Writer) {
 		lost += fmt.Sprintf(", and %s never forwarded whose decisions cannot be read", group3(int64(r.Unclassified)))
 	}
 	row("lost", "%s", lost)
+}
+
+// filterRows are the rows of the filter's work: false positives against
+// the expected, duplicates passed, throughput, memory, the filter's own
+// statistics and its growth.
+func (r *Result) filterRows(row rowFunc) {
+	o := r.Options
 	row("false positives observed", "%s, expected %s (sd %s) from the filter's rate at its fill over %s first-seen tests; the workers' counters say %s",
 		group3(int64(r.FalsePositives)), approx(r.ExpectedFP), approx(math.Sqrt(r.ExpectedFPVar)), group3(int64(r.Distinct)), group3(int64(r.FalsePositivesByCounters)))
 	row("duplicates passed", "%s IDs forwarded from more than one source (late: %s)", group3(int64(r.Check.DuplicatesPass)),
@@ -160,6 +193,11 @@ func (r *Result) Print(w io.Writer) {
 		}
 		row("stages made", "%s by the replicas; %s", group3(int64(r.StagesMade)), waits)
 	}
+}
+
+// replicaRows are the rows of the replicas: what each decided, their log,
+// and the decisions they recorded in Redis against the output.
+func (r *Result) replicaRows(row rowFunc) {
 	var each []string
 	for _, d := range r.PerReplica {
 		each = append(each, group3(int64(d)))
@@ -173,14 +211,6 @@ func (r *Result) Print(w io.Writer) {
 		row("worker log", "%s lines at warn level or above (-v shows them as they come)", group3(int64(r.LogLines)))
 	}
 	row("decisions in Redis", "%s first seen, %s duplicate for the valid events; %s", group3(int64(r.RecordedFirst)), group3(int64(r.RecordedDup)), agree)
-	tw.Flush()
-
-	bad := r.problems()
-	if len(bad) == 0 {
-		fmt.Fprintln(w, "\nresult: OK, nothing lost")
-		return
-	}
-	fmt.Fprintf(w, "\nresult: FAILED: %s\n", strings.Join(bad, "; "))
 }
 
 func reasons(m map[string]int) string {
