@@ -80,15 +80,14 @@ func Generate(ctx context.Context, o GenerateOptions) (GenerateStats, error) {
 	if o.Every <= 0 {
 		o.Every = 5 * time.Second
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(o.Brokers...), kgo.DefaultProduceTopic(o.Topic), kgo.AllowAutoTopicCreation(),
-		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchMaxBytes(1_000_000),
-		kgo.RetryBackoffFn(retryBackoff), kgo.MetadataMinAge(500*time.Millisecond))
+	cl, err := newProducer(o)
 	if err != nil {
 		return st, err
 	}
 	defer cl.Close()
+	p := &producer{o: o, cl: cl}
 	s := clickstream.NewStream(o.Dup, o.Bad, o.Seed, nil)
-	start, lastLog, lastWarn := time.Now(), time.Now(), time.Time{}
+	start, lastLog := time.Now(), time.Now()
 	logged := 0
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -115,33 +114,10 @@ func Generate(ctx context.Context, o GenerateOptions) (GenerateStats, error) {
 		for i := range evs {
 			evs[i] = s.Next()
 		}
-		err := retry.Do(ctx, produceBackoff, func(ctx context.Context) error {
-			recs := make([]*kgo.Record, k)
-			for i, e := range evs {
-				recs[i] = &kgo.Record{Key: e.Key, Value: e.Value}
-			}
-			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			return cl.ProduceSync(pctx, recs...).FirstErr()
-		}, func(err error, _ time.Duration) error {
-			if time.Since(lastWarn) >= 5*time.Second {
-				fmt.Fprintf(o.Log, "generate: cannot produce to %s on %s yet, retrying: %v\n", o.Topic, strings.Join(o.Brokers, ","), why(ctx, cl, err))
-				lastWarn = time.Now()
-			}
-			return nil
-		})
-		if err != nil { // only when ctx ended
+		if err := p.produce(ctx, evs); err != nil { // only when ctx ended
 			return st, nil
 		}
-		for _, e := range evs {
-			st.Events++
-			switch {
-			case e.ID == "":
-				st.Malformed++
-			case e.Dup:
-				st.Repeats++
-			}
-		}
+		st.add(evs)
 		if time.Since(lastLog) >= o.Every {
 			fmt.Fprintf(o.Log, "generate: %d events (%d repeats, %d malformed), %.0f/s\n", st.Events, st.Repeats, st.Malformed,
 				float64(st.Events-logged)/time.Since(lastLog).Seconds())
@@ -149,6 +125,56 @@ func Generate(ctx context.Context, o GenerateOptions) (GenerateStats, error) {
 		}
 	}
 	return st, nil
+}
+
+// newProducer is the generator's client: acks from every in-sync
+// replica, the topic created if the brokers allow it, and a broker that
+// comes up found soon.
+func newProducer(o GenerateOptions) (*kgo.Client, error) {
+	return kgo.NewClient(kgo.SeedBrokers(o.Brokers...), kgo.DefaultProduceTopic(o.Topic), kgo.AllowAutoTopicCreation(),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchMaxBytes(1_000_000),
+		kgo.RetryBackoffFn(retryBackoff), kgo.MetadataMinAge(500*time.Millisecond))
+}
+
+// producer writes the generator's events, retrying until they are
+// acknowledged, with a warning every 5 s at most while they are not.
+type producer struct {
+	o        GenerateOptions
+	cl       *kgo.Client
+	lastWarn time.Time
+}
+
+// produce writes evs, trying again with backoff until they are
+// acknowledged; it fails only when ctx ends.
+func (p *producer) produce(ctx context.Context, evs []clickstream.Event) error {
+	return retry.Do(ctx, produceBackoff, func(ctx context.Context) error {
+		recs := make([]*kgo.Record, len(evs))
+		for i, e := range evs {
+			recs[i] = &kgo.Record{Key: e.Key, Value: e.Value}
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return p.cl.ProduceSync(pctx, recs...).FirstErr()
+	}, func(err error, _ time.Duration) error {
+		if time.Since(p.lastWarn) >= 5*time.Second {
+			fmt.Fprintf(p.o.Log, "generate: cannot produce to %s on %s yet, retrying: %v\n", p.o.Topic, strings.Join(p.o.Brokers, ","), why(ctx, p.cl, err))
+			p.lastWarn = time.Now()
+		}
+		return nil
+	})
+}
+
+// add counts evs, produced.
+func (st *GenerateStats) add(evs []clickstream.Event) {
+	for _, e := range evs {
+		st.Events++
+		switch {
+		case e.ID == "":
+			st.Malformed++
+		case e.Dup:
+			st.Repeats++
+		}
+	}
 }
 
 // RunGenerate is the generate command.
