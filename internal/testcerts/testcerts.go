@@ -61,14 +61,41 @@ func Make(dir, name string) (*Set, error) {
 		ClientCertFile: filepath.Join(dir, "client.pem"),
 		ClientKeyFile:  filepath.Join(dir, "client-key.pem"),
 	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := newCA(name+" CA", time.Now(), s.CAFile)
 	if err != nil {
 		return nil, err
 	}
-	caTmpl := &x509.Certificate{
+	s.Pool = x509.NewCertPool()
+	s.Pool.AddCert(ca.cert)
+	if s.Server, err = ca.leaf(name+" server", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, true,
+		s.ServerCertFile, s.ServerKeyFile); err != nil {
+		return nil, err
+	}
+	if s.Client, err = ca.leaf(name+" client", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, false,
+		s.ClientCertFile, s.ClientKeyFile); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// authority is a CA that signs the leaf certificates, each valid from an
+// hour before now to a day after.
+type authority struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	now  time.Time
+}
+
+// newCA makes a self-signed CA named cn and writes its certificate to
+// certFile.
+func newCA(cn string, now time.Time, certFile string) (*authority, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: name + " CA"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
@@ -76,62 +103,55 @@ func Make(dir, name string) (*Set, error) {
 		IsCA:                  true,
 		MaxPathLenZero:        true,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, fmt.Errorf("creating the CA: %w", err)
 	}
-	ca, err := x509.ParseCertificate(caDER)
+	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		return nil, err
 	}
-	if err := writePEM(s.CAFile, "CERTIFICATE", caDER); err != nil {
+	if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
 		return nil, err
 	}
-	s.Pool = x509.NewCertPool()
-	s.Pool.AddCert(ca)
+	return &authority{cert: cert, key: key, now: now}, nil
+}
 
-	leaf := func(cn string, usage []x509.ExtKeyUsage, withNames bool, certFile, keyFile string) (tls.Certificate, error) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return tls.Certificate{}, err
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: serial(),
-			Subject:      pkix.Name{CommonName: cn},
-			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.Add(24 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  usage,
-		}
-		if withNames {
-			tmpl.DNSNames = []string{"localhost"}
-			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return tls.Certificate{}, fmt.Errorf("creating %s: %w", cn, err)
-		}
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			return tls.Certificate{}, err
-		}
-		if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
-			return tls.Certificate{}, err
-		}
-		if err := writePEM(keyFile, "PRIVATE KEY", keyDER); err != nil {
-			return tls.Certificate{}, err
-		}
-		return tls.LoadX509KeyPair(certFile, keyFile)
+// leaf makes a key and a certificate for cn, signed by a, for usage and,
+// withNames, for 127.0.0.1, ::1 and localhost; it writes both and returns
+// them as a key pair.
+func (a *authority) leaf(cn string, usage []x509.ExtKeyUsage, withNames bool, certFile, keyFile string) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
 	}
-	if s.Server, err = leaf(name+" server", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, true,
-		s.ServerCertFile, s.ServerKeyFile); err != nil {
-		return nil, err
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    a.now.Add(-time.Hour),
+		NotAfter:     a.now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  usage,
 	}
-	if s.Client, err = leaf(name+" client", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, false,
-		s.ClientCertFile, s.ClientKeyFile); err != nil {
-		return nil, err
+	if withNames {
+		tmpl.DNSNames = []string{"localhost"}
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 	}
-	return s, nil
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, &key.PublicKey, a.key)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("creating %s: %w", cn, err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
+		return tls.Certificate{}, err
+	}
+	if err := writePEM(keyFile, "PRIVATE KEY", keyDER); err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.LoadX509KeyPair(certFile, keyFile)
 }
 
 // ServerTLS is a server configuration presenting the server certificate.
@@ -152,6 +172,7 @@ func (s *Set) ClientTLS() *tls.Config {
 	return &tls.Config{RootCAs: s.Pool, Certificates: []tls.Certificate{s.Client}, MinVersion: tls.VersionTLS12}
 }
 
+// serial is a random certificate serial number.
 func serial() *big.Int {
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	if err != nil {
@@ -160,6 +181,8 @@ func serial() *big.Int {
 	return n
 }
 
+// writePEM writes der as one PEM block of type typ, readable by the owner
+// only.
 func writePEM(path, typ string, der []byte) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
 }
