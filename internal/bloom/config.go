@@ -63,15 +63,15 @@ type Config struct {
 	// but not committed. Changing it starts new filters. A multiple of 64
 	// from 1024 to 2^30. Default: DefaultReplayHorizon.
 	ReplayHorizon int64
-	// CallTimeout bounds each Redis call; at least 1ms. Default:
-	// DefaultCallTimeout.
+	// CallTimeout bounds each Redis call, from MinCallTimeout to
+	// MaxCallTimeout. Default: DefaultCallTimeout.
 	CallTimeout time.Duration
 	// MinReplicas: when above zero, a test-and-set call fails with
 	// ErrTooFewReplicas (inside ErrRedis: retry it) unless its writes
 	// reached this many replicas within half the time left of the call;
 	// see "Replicas and failover" in the package doc for why, how and what
 	// it costs. The client must be a *redis.Client or a
-	// *redis.ClusterClient. Default: 0 (no WAIT).
+	// *redis.ClusterClient. Up to MaxMinReplicas. Default: 0 (no WAIT).
 	MinReplicas int
 	// GrowthWait bounds how long a test-and-set waits for a stage its
 	// batch needs and that is not made yet (see Growth in the package
@@ -152,11 +152,11 @@ func (c *Config) validate() error {
 	if c.ReplayHorizon < 1024 || c.ReplayHorizon > 1<<30 || c.ReplayHorizon%64 != 0 {
 		return fmt.Errorf("replay horizon is %d, want a multiple of 64 from 1024 to 2^30", c.ReplayHorizon)
 	}
-	if c.CallTimeout < time.Millisecond {
-		return fmt.Errorf("call timeout is %v, want at least 1ms", c.CallTimeout)
+	if err := CheckCallTimeout(c.CallTimeout); err != nil {
+		return err
 	}
-	if c.MinReplicas < 0 {
-		return fmt.Errorf("min replicas is %d, want 0 or more", c.MinReplicas)
+	if err := CheckMinReplicas(c.MinReplicas); err != nil {
+		return err
 	}
 	if c.GrowthWait < time.Millisecond {
 		return fmt.Errorf("growth wait is %v, want at least 1ms", c.GrowthWait)

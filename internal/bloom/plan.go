@@ -227,25 +227,18 @@ func (p Plan) BitsPerElement() float64 { return float64(p.Bits()) / float64(p.El
 
 // NewPlan sizes a window filter for n distinct elements at rate p.
 func NewPlan(n int64, p float64, opt PlanOptions) (Plan, error) {
-	if n <= 0 || n > MaxElements {
-		return Plan{}, fmt.Errorf("%w: expected elements per window is %d, want 1 to %g", ErrInvalidPlan, n, float64(MaxElements))
-	}
-	if !(p >= MinFPR && p < 1) {
-		return Plan{}, fmt.Errorf("%w: false-positive rate is %g, want at least %g and less than 1", ErrInvalidPlan, p, MinFPR)
-	}
 	minShards := opt.MinShards
 	if minShards == 0 {
 		minShards = 1
-	}
-	if minShards < 0 || minShards > MaxShards {
-		return Plan{}, fmt.Errorf("%w: shards is %d, want 1 to %d", ErrInvalidPlan, minShards, MaxShards)
 	}
 	growth := opt.MaxGrowth
 	if growth == 0 {
 		growth = 1
 	}
-	if !(growth >= 1 && growth <= MaxGrowthFactor) {
-		return Plan{}, fmt.Errorf("%w: growth is %g, want 1 to %d", ErrInvalidPlan, growth, MaxGrowthFactor)
+	for _, err := range []error{CheckElements(n), CheckFPR(p), CheckShards(minShards), CheckGrowth(growth)} {
+		if err != nil {
+			return Plan{}, fmt.Errorf("%w: %w", ErrInvalidPlan, err)
+		}
 	}
 	if opt.Kind == KindFingerprint {
 		if opt.Layout != (Layout{}) {

@@ -183,8 +183,8 @@ func newBloomPlan(n int64, p float64, minShards int, growth float64, opt PlanOpt
 	if factor == 0 {
 		factor = DefaultMemoryFactor
 	}
-	if !(factor >= 1 && factor <= MaxMemoryFactor) {
-		return Plan{}, fmt.Errorf("%w: memory factor is %g, want 1 to %d", ErrInvalidPlan, factor, MaxMemoryFactor)
+	if err := CheckMemoryFactor(factor); err != nil {
+		return Plan{}, fmt.Errorf("%w: %w", ErrInvalidPlan, err)
 	}
 	// The bound is a classic filter's memory at the rate stage 0 must
 	// meet (p itself without growth), so that growth's share of the rate

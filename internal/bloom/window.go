@@ -180,14 +180,11 @@ func (w Window) Retention() time.Duration {
 }
 
 func (w Window) validate() error {
-	if w.Length < time.Second || w.Length%time.Second != 0 || w.Length > MaxWindowLength {
-		return fmt.Errorf("window is %v, want whole seconds from 1s to %v", w.Length, MaxWindowLength)
+	if err := CheckWindowLength(w.Length); err != nil {
+		return err
 	}
 	if w.Mode != Rolling && w.Mode != Fixed {
 		return fmt.Errorf("window mode is %d, want rolling or fixed", w.Mode)
 	}
-	if w.MaxLag < 0 || w.MaxLag%time.Second != 0 || w.MaxLag > MaxLagBound {
-		return fmt.Errorf("max lag is %v, want whole seconds from 0 to %v", w.MaxLag, MaxLagBound)
-	}
-	return nil
+	return CheckMaxLag(w.MaxLag)
 }
