@@ -61,8 +61,8 @@ type Config struct {
 	// Default: DefaultBatchBytes (16 MiB).
 	BatchBytes int
 	// ShutdownTimeout bounds finishing the batch in hand and leaving the
-	// group once Run's context is cancelled. Default:
-	// DefaultShutdownTimeout.
+	// group once Run's context is cancelled, from MinShutdownTimeout to
+	// MaxShutdownTimeout. Default: DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// SessionTimeout of the consumer group, from MinSessionTimeout to
 	// MaxSessionTimeout; the other group timings derive from it
@@ -80,8 +80,8 @@ type Config struct {
 	// FailOpenAfter, when not zero, forwards valid events unchecked (with
 	// record.VerdictHeader record.Unchecked, counted) once the filter has
 	// failed for this long, until it answers again: nothing is lost and
-	// copies pass. Zero: the worker waits, not ready, as long as the
-	// filter fails.
+	// copies pass; from MinFailOpenAfter to MaxFailOpenAfter. Zero: the
+	// worker waits, not ready, as long as the filter fails.
 	FailOpenAfter time.Duration
 	// DeadLetterLate sends events the filter finds Late or Future to the
 	// dead-letter topic (reasons late and future) instead of forwarding
@@ -143,22 +143,14 @@ func (c *Config) validate() error {
 		return fmt.Errorf("consumer: no extractor")
 	case len(c.Kafka.Brokers) == 0 || c.Topic == "" || c.GroupID == "":
 		return fmt.Errorf("consumer: brokers, topic and group are required")
-	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
-		return fmt.Errorf("consumer: batch size %d: want 1 to %d", c.BatchSize, MaxBatchSize)
-	case c.BatchLinger < MinBatchLinger || c.BatchLinger > MaxBatchLinger:
-		return fmt.Errorf("consumer: batch linger %v: want %v to %v", c.BatchLinger, MinBatchLinger, MaxBatchLinger)
 	case c.BatchBytes < 1:
 		return fmt.Errorf("consumer: batch bytes %d: want 1 or more", c.BatchBytes)
-	case c.Kafka.Timeout < MinKafkaTimeout || c.Kafka.Timeout > MaxKafkaTimeout:
-		return fmt.Errorf("consumer: Kafka timeout %v: want %v to %v", c.Kafka.Timeout, MinKafkaTimeout, MaxKafkaTimeout)
-	case c.SessionTimeout < MinSessionTimeout || c.SessionTimeout > MaxSessionTimeout:
-		return fmt.Errorf("consumer: session timeout %v: want %v to %v", c.SessionTimeout, MinSessionTimeout, MaxSessionTimeout)
-	case c.ShutdownTimeout < 0:
-		return fmt.Errorf("consumer: shutdown timeout %v: want 0 or more", c.ShutdownTimeout)
-	case c.FailOpenAfter < 0:
-		return fmt.Errorf("consumer: fail-open delay %v: want 0 (off) or more", c.FailOpenAfter)
-	case c.HandoffWait < 0 || c.HandoffWait > MaxHandoffWait:
-		return fmt.Errorf("consumer: hand-off wait %v: want 0 to %v", c.HandoffWait, MaxHandoffWait)
+	}
+	for _, err := range []error{CheckBatchSize(c.BatchSize), CheckBatchLinger(c.BatchLinger), CheckKafkaTimeout(c.Kafka.Timeout),
+		CheckSessionTimeout(c.SessionTimeout), CheckShutdownTimeout(c.ShutdownTimeout), CheckFailOpenAfter(c.FailOpenAfter), CheckHandoffWait(c.HandoffWait)} {
+		if err != nil {
+			return fmt.Errorf("consumer: %w", err)
+		}
 	}
 	return nil
 }
