@@ -3,20 +3,17 @@
 // place that knows the variables' names: it maps them onto the settings of
 // the libraries (the worker, the producer, the engine), which own their
 // defaults and limits, and names the variable at fault when a value is out
-// of them. config.go holds the variables and their defaults, validate.go
-// their checks, ids.go the ID source, security.go TLS and SASL.
+// of them. config.go holds the variables and their defaults, load.go
+// their loading, validate.go their checks (each limit through the check of
+// the library that owns it), modes.go the settings written as words read
+// into the values the libraries take, ids.go the ID and the event time,
+// plan.go the filter's sizing, security.go TLS and SASL.
 package config
 
 import (
 	"errors"
 	"fmt"
-	"os"
-	"reflect"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/kelseyhightower/envconfig"
 
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/consumer"
@@ -79,9 +76,10 @@ type Config struct {
 	// decide and record alike, in the same keys, so a pipeline switched
 	// from shadow to drop keeps its windows. Default: drop.
 	Mode string `envconfig:"MODE" default:"drop"`
-	// Window is the deduplication window, a Go duration. Default: 10m.
+	// Window is the deduplication window, a Go duration, whole seconds up
+	// to bloom.MaxWindowLength (744h). Default: 10m.
 	Window time.Duration `envconfig:"WINDOW" default:"10m"`
-	// WindowMode is rolling or fixed. Default: rolling.
+	// WindowMode is rolling or fixed (bloom.ParseMode). Default: rolling.
 	WindowMode string `envconfig:"WINDOW_MODE" default:"rolling"`
 	// MaxLag is the lag bound: events processed up to this long after their
 	// event time (a replica behind, every replica down for a while) are
@@ -140,7 +138,8 @@ type Config struct {
 	HTTPAddr string `envconfig:"HTTP_ADDR" default:":8080"`
 	// LogLevel is debug, info, warn or error. Default: info.
 	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
-	// RedisTimeout bounds each Redis call. Default: the engine's,
+	// RedisTimeout bounds each Redis call, from bloom.MinCallTimeout to
+	// bloom.MaxCallTimeout (10ms to 5m). Default: the engine's,
 	// bloom.DefaultCallTimeout (5s).
 	RedisTimeout time.Duration `envconfig:"REDIS_TIMEOUT"`
 	// KafkaTimeout bounds each Kafka call, and each write to the output
@@ -152,12 +151,15 @@ type Config struct {
 	// derive from it (consumer.GroupTimingsFor). Default:
 	// consumer.DefaultSessionTimeout, 10s.
 	KafkaSessionTimeout time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT"`
-	// ShutdownTimeout bounds the shutdown after SIGTERM. Default: 30s.
+	// ShutdownTimeout bounds the shutdown after SIGTERM, from
+	// consumer.MinShutdownTimeout to consumer.MaxShutdownTimeout (1s to
+	// 10m). Default: 30s.
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
 	// FailOpenAfter, when set, forwards valid events unchecked (with
 	// dedupe-verdict: unchecked) once the filter has failed for this long,
-	// until Redis answers again: nothing is lost, copies pass. Default:
-	// empty, off: the worker waits, not ready, while Redis fails.
+	// until Redis answers again: nothing is lost, copies pass. From
+	// consumer.MinFailOpenAfter to consumer.MaxFailOpenAfter (1s to 24h).
+	// Default: empty, off: the worker waits, not ready, while Redis fails.
 	FailOpenAfter time.Duration `envconfig:"FAIL_OPEN_AFTER"`
 	// HandoffWait is how long a replica that takes over a partition waits
 	// for the batches the previous owner decided to be marked delivered
@@ -201,7 +203,7 @@ type Config struct {
 	RedisTLSKeyFile  string `envconfig:"REDIS_TLS_KEY_FILE"`
 	// RedisMinReplicas: when above zero, each test-and-set must reach this
 	// many replicas of its master (Redis WAIT) before its verdicts are
-	// used. Default: 0.
+	// used; up to bloom.MaxMinReplicas (5). Default: 0.
 	RedisMinReplicas int `envconfig:"REDIS_MIN_REPLICAS" default:"0"`
 }
 
@@ -227,40 +229,6 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 // ErrInvalid wraps every configuration error.
 var ErrInvalid = errors.New("invalid configuration")
 
-// Load reads the DEDUPE_* variables of the environment and validates them.
-// A DEDUPE_ variable that names no setting stops it (CheckUnknown). The
-// error is one line naming the variable. It starts from Defaults: a
-// variable not set leaves a field without a default tag at the library's
-// default (envconfig sets only the fields with a variable or a tag).
-func Load() (Config, error) {
-	if err := CheckUnknown(os.Environ()); err != nil {
-		return Config{}, err
-	}
-	c := Defaults()
-	if err := envconfig.Process(Prefix, &c); err != nil {
-		return Config{}, fmt.Errorf("%w: %s", ErrInvalid, oneLine(err))
-	}
-	// A certificate file turns TLS on; one explicitly turned off beside it
-	// is a contradiction, not a choice.
-	for _, x := range []struct {
-		name       string
-		on         bool
-		ca, client string
-	}{{"KAFKA_TLS", c.KafkaTLS, c.KafkaTLSCAFile, c.KafkaTLSCertFile}, {"REDIS_TLS", c.RedisTLS, c.RedisTLSCAFile, c.RedisTLSCertFile}} {
-		if _, set := os.LookupEnv(Prefix + "_" + x.name); set && !x.on && (x.ca != "" || x.client != "") {
-			return Config{}, bad(x.name, "false, but %s_%s_CA_FILE or %s_%s_CERT_FILE is set", Prefix, x.name, Prefix, x.name)
-		}
-	}
-	if _, set := os.LookupEnv(Prefix + "_WINDOW_GRACE"); set {
-		return Config{}, bad("WINDOW_GRACE", "replaced by %s_MAX_LAG, how long after their event time events are still deduplicated (default 1h); rename it", Prefix)
-	}
-	c.setDefaults()
-	if err := c.Validate(); err != nil {
-		return Config{}, err
-	}
-	return c, nil
-}
-
 // Defaults is the configuration with every variable at its default and
 // the required ones empty: the struct tags above for the application's
 // own settings, the libraries' constants for theirs. Each is written in
@@ -275,123 +243,4 @@ func Defaults() Config {
 	c.RedisTimeout = bloom.DefaultCallTimeout
 	c.MemoryFactor = bloom.DefaultMemoryFactor
 	return c
-}
-
-// tagDefaults is the configuration with the default tags set.
-func tagDefaults() Config {
-	var c Config
-	v := reflect.ValueOf(&c).Elem()
-	for i := range v.NumField() {
-		def, ok := v.Type().Field(i).Tag.Lookup("default")
-		if !ok {
-			continue
-		}
-		if err := setText(v.Field(i), def); err != nil {
-			panic(fmt.Sprintf("config: default of %s: %v", v.Type().Field(i).Name, err))
-		}
-	}
-	return c
-}
-
-// setText sets f from its default tag, for the kinds the tags use.
-func setText(f reflect.Value, s string) error {
-	if f.Type() == reflect.TypeOf(time.Duration(0)) {
-		d, err := time.ParseDuration(s)
-		f.SetInt(int64(d))
-		return err
-	}
-	var err error
-	switch f.Kind() {
-	case reflect.String:
-		f.SetString(s)
-	case reflect.Bool:
-		var b bool
-		b, err = strconv.ParseBool(s)
-		f.SetBool(b)
-	case reflect.Int, reflect.Int64:
-		var n int64
-		n, err = strconv.ParseInt(s, 10, 64)
-		f.SetInt(n)
-	case reflect.Float64:
-		var x float64
-		x, err = strconv.ParseFloat(s, 64)
-		f.SetFloat(x)
-	default:
-		err = fmt.Errorf("no default of kind %s", f.Kind())
-	}
-	return err
-}
-
-func oneLine(err error) string {
-	var pe *envconfig.ParseError
-	if errors.As(err, &pe) {
-		return fmt.Sprintf("%s: cannot read %q as %s", pe.KeyName, pe.Value, pe.TypeName)
-	}
-	msg := err.Error()
-	if rest, ok := strings.CutPrefix(msg, "required key "); ok {
-		name, _, _ := strings.Cut(rest, " ")
-		return Prefix + "_" + name + ": required, not set"
-	}
-	return strings.ReplaceAll(msg, "\n", " ")
-}
-
-func (c *Config) setDefaults() {
-	if c.GroupID == "" {
-		c.GroupID = "dedupe-" + c.Pipeline
-	}
-	c.KafkaSASLMechanism = strings.ToUpper(strings.TrimSpace(c.KafkaSASLMechanism))
-	if c.KafkaTLSCAFile != "" || c.KafkaTLSCertFile != "" || c.KafkaTLSKeyFile != "" {
-		c.KafkaTLS = true
-	}
-	if c.RedisTLSCAFile != "" || c.RedisTLSCertFile != "" || c.RedisTLSKeyFile != "" {
-		c.RedisTLS = true
-	}
-}
-
-// The values of Mode.
-const (
-	ModeDrop   = "drop"
-	ModeShadow = "shadow"
-)
-
-// The values of LatePolicy.
-const (
-	LateForward    = "forward"
-	LateDeadLetter = "dead-letter"
-)
-
-// StartOffset is a parsed DEDUPE_START_OFFSET. The zero value is the
-// earliest offset.
-type StartOffset struct {
-	Latest bool
-	// At is a point in time, Back a duration before the worker starts.
-	At   time.Time
-	Back time.Duration
-}
-
-// ParseStartOffset reads earliest, latest, an RFC 3339 time or a positive
-// duration.
-func ParseStartOffset(s string) (StartOffset, error) {
-	switch s {
-	case "earliest":
-		return StartOffset{}, nil
-	case "latest":
-		return StartOffset{Latest: true}, nil
-	}
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return StartOffset{At: t}, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil && d > 0 {
-		return StartOffset{Back: d}, nil
-	}
-	return StartOffset{}, fmt.Errorf("%q: want earliest, latest, an RFC 3339 time or a duration such as 1h", s)
-}
-
-// Time is the point in time to start from, given the worker's start now;
-// zero for earliest and latest.
-func (s StartOffset) Time(now time.Time) time.Time {
-	if s.Back > 0 {
-		return now.Add(-s.Back)
-	}
-	return s.At
 }

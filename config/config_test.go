@@ -405,8 +405,11 @@ func TestLibraryLimits(t *testing.T) {
 		{"MAX_GROWTH", fmt.Sprint(bloom.MaxGrowthFactor), fmt.Sprint(bloom.MaxGrowthFactor + 1), fmt.Sprintf("to %d", bloom.MaxGrowthFactor)},
 		{"MEMORY_FACTOR", fmt.Sprint(bloom.MaxMemoryFactor), fmt.Sprint(bloom.MaxMemoryFactor + 0.5), fmt.Sprintf("to %d", bloom.MaxMemoryFactor)},
 		{"SHARDS", fmt.Sprint(bloom.MaxShards), fmt.Sprint(bloom.MaxShards + 1), fmt.Sprintf("want 1 to %d", bloom.MaxShards)},
-		{"HANDOFF_WAIT", consumer.MaxHandoffWait.String(), (consumer.MaxHandoffWait + time.Second).String(), "want 0 to 1m"},
-		{"FAIL_OPEN_AFTER", "24h0m0s", "24h0m1s", "want empty (off) or 1s to 24h"},
+		{"HANDOFF_WAIT", consumer.MaxHandoffWait.String(), (consumer.MaxHandoffWait + time.Second).String(), "want 0 (no wait) to 1m"},
+		{"FAIL_OPEN_AFTER", consumer.MaxFailOpenAfter.String(), (consumer.MaxFailOpenAfter + time.Second).String(), "want 0 (off) or 1s to 24h"},
+		{"SHUTDOWN_TIMEOUT", consumer.MaxShutdownTimeout.String(), (consumer.MaxShutdownTimeout + time.Second).String(), "want 1s to 10m"},
+		{"REDIS_TIMEOUT", bloom.MinCallTimeout.String(), (bloom.MinCallTimeout - time.Millisecond).String(), "want 10ms to 5m"},
+		{"REDIS_MIN_REPLICAS", fmt.Sprint(bloom.MaxMinReplicas), fmt.Sprint(bloom.MaxMinReplicas + 1), "want 0 (no WAIT) to 5"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			setValidEnvFile(t, "clicks.env")

@@ -12,6 +12,33 @@ func (c Config) IDSource() (consumer.IDSource, error) {
 	return ParseIDSource(c.IDFrom, c.IDField, c.IDHeader)
 }
 
+// Extractor is the worker's reader of each event's ID and event time
+// (consumer.NewExtractor): DEDUPE_ID_FROM, DEDUPE_ID_FIELD,
+// DEDUPE_ID_HEADER, DEDUPE_TIME_FIELD and DEDUPE_TIME_HEADER, checked as
+// the worker checks them. The error is a *VarError naming the variable at
+// fault; Load refuses a Config whose extractor fails, so a loaded
+// Config's never does.
+func (c Config) Extractor() (*consumer.Extractor, error) {
+	src, err := c.IDSource()
+	if err != nil {
+		return nil, err
+	}
+	if c.TimeHeader != "" {
+		if err := consumer.CheckHeaderName(c.TimeHeader); err != nil {
+			return nil, bad("TIME_HEADER", "%v", err)
+		}
+	}
+	ex, err := consumer.NewExtractor(src, c.TimeField, c.TimeHeader)
+	if err != nil {
+		// The source is one ParseIDSource made and the header's name is
+		// checked: what is left to refuse is the time field, malformed,
+		// beside a time header, or with a source that leaves the value
+		// unparsed.
+		return nil, bad("TIME_FIELD", "%v", err)
+	}
+	return ex, nil
+}
+
 // ParseIDSource reads the values of DEDUPE_ID_FROM, DEDUPE_ID_FIELD and
 // DEDUPE_ID_HEADER as consumer.ParseIDSource does (with from json, field
 // "key" and "header:NAME" are the forms DEDUPE_ID_FIELD had before

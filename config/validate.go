@@ -10,9 +10,8 @@ import (
 	"dedupe-worker/internal/consumer"
 )
 
-var (
-	topicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
-)
+// topicPattern is what Kafka takes as a topic name.
+var topicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 
 // VarError is a variable out of range; it wraps ErrInvalid.
 type VarError struct {
@@ -30,13 +29,40 @@ func bad(name, format string, args ...any) error {
 	return &VarError{Var: name, Msg: fmt.Sprintf(format, args...)}
 }
 
+// check is a variable (without the prefix) and what the check of its
+// value by the library that owns its limits said.
+type check struct {
+	name string
+	err  error
+}
+
+// firstBad is the *VarError of the first check that failed: the variable,
+// and the library's words for its value and limits.
+func firstBad(checks ...check) error {
+	for _, c := range checks {
+		if c.err != nil {
+			return bad(c.name, "%v", c.err)
+		}
+	}
+	return nil
+}
+
 // Validate checks every field and names the first variable out of range.
+// A limit a library owns is checked by that library's check.
 func (c Config) Validate() error {
+	for _, validate := range []func() error{c.validateNames, c.validateServers, c.ValidateSizing, c.validateEvents, c.validateWorker} {
+		if err := validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateNames checks the pipeline's name, its topics and its group.
+func (c Config) validateNames() error {
 	switch {
 	case !bloom.NamePattern.MatchString(c.Pipeline):
 		return bad("PIPELINE", "%q: want 1 to 100 letters, digits, '.', '_' or '-'", c.Pipeline)
-	case len(c.KafkaBrokers) == 0 || hasEmpty(c.KafkaBrokers):
-		return bad("KAFKA_BROKERS", "want host:port[,host:port...]")
 	case !topicPattern.MatchString(c.InputTopic):
 		return bad("INPUT_TOPIC", "%q is not a Kafka topic name", c.InputTopic)
 	case !topicPattern.MatchString(c.OutputTopic):
@@ -51,51 +77,25 @@ func (c Config) Validate() error {
 		return bad("DUPLICATES_TOPIC", "%q: want a topic of its own, not the input, output or dead-letter topic", c.DuplicatesTopic)
 	case c.GroupID == "" || len(c.GroupID) > 255:
 		return bad("GROUP_ID", "want 1 to 255 characters")
+	}
+	return nil
+}
+
+// validateServers checks how Kafka and Redis are reached: addresses,
+// time-outs, replicas, logins and TLS.
+func (c Config) validateServers() error {
+	switch {
+	case len(c.KafkaBrokers) == 0 || hasEmpty(c.KafkaBrokers):
+		return bad("KAFKA_BROKERS", "want host:port[,host:port...]")
 	case len(c.RedisAddrs) == 0 || hasEmpty(c.RedisAddrs):
 		return bad("REDIS_ADDRS", "want host:port[,host:port...]")
-	case c.Window < time.Second || c.Window%time.Second != 0 || c.Window > bloom.MaxWindowLength:
-		return bad("WINDOW", "%v: want whole seconds from 1s to %s", c.Window, hours(bloom.MaxWindowLength))
-	case c.WindowMode != "rolling" && c.WindowMode != "fixed":
-		return bad("WINDOW_MODE", "%q: want rolling or fixed", c.WindowMode)
-	case c.MaxLag < 0 || c.MaxLag%time.Second != 0 || c.MaxLag > bloom.MaxLagBound:
-		return bad("MAX_LAG", "%v: want whole seconds from 0 to %s", c.MaxLag, hours(bloom.MaxLagBound))
-	case c.LatePolicy != LateForward && c.LatePolicy != LateDeadLetter:
-		return bad("LATE_POLICY", "%q: want %s or %s", c.LatePolicy, LateForward, LateDeadLetter)
-	case c.ExpectedPerWindow < 1 || c.ExpectedPerWindow > bloom.MaxElements:
-		return bad("EXPECTED_PER_WINDOW", "%d: want 1 to %g", c.ExpectedPerWindow, float64(bloom.MaxElements))
-	case !(c.FalsePositiveRate >= bloom.MinFPR && c.FalsePositiveRate < 1):
-		return bad("FALSE_POSITIVE_RATE", "%g: want at least %g and less than 1", c.FalsePositiveRate, bloom.MinFPR)
-	case !(c.MaxGrowth >= 1 && c.MaxGrowth <= bloom.MaxGrowthFactor):
-		return bad("MAX_GROWTH", "%g: want 1 (no growth) to %d", c.MaxGrowth, bloom.MaxGrowthFactor)
-	case !(c.MemoryFactor >= 1 && c.MemoryFactor <= bloom.MaxMemoryFactor):
-		return bad("MEMORY_FACTOR", "%g: want 1 to %d", c.MemoryFactor, bloom.MaxMemoryFactor)
-	case c.Shards < 1 || c.Shards > bloom.MaxShards:
-		return bad("SHARDS", "%d: want 1 to %d", c.Shards, bloom.MaxShards)
-	case c.BatchSize < 1 || c.BatchSize > consumer.MaxBatchSize:
-		return bad("BATCH_SIZE", "%d: want 1 to %d", c.BatchSize, consumer.MaxBatchSize)
-	case c.BatchLinger < consumer.MinBatchLinger || c.BatchLinger > consumer.MaxBatchLinger:
-		return bad("BATCH_LINGER", "%v: want %s to %s", c.BatchLinger, shortDuration(consumer.MinBatchLinger), shortDuration(consumer.MaxBatchLinger))
-	case c.HTTPAddr == "":
-		return bad("HTTP_ADDR", "want host:port or :port")
-	case c.LogLevel != "debug" && c.LogLevel != "info" && c.LogLevel != "warn" && c.LogLevel != "error":
-		return bad("LOG_LEVEL", "%q: want debug, info, warn or error", c.LogLevel)
-	case c.RedisTimeout < 10*time.Millisecond || c.RedisTimeout > 5*time.Minute:
-		return bad("REDIS_TIMEOUT", "%v: want 10ms to 5m", c.RedisTimeout)
-	case c.KafkaTimeout < consumer.MinKafkaTimeout || c.KafkaTimeout > consumer.MaxKafkaTimeout:
-		return bad("KAFKA_TIMEOUT", "%v: want %s to %s", c.KafkaTimeout, shortDuration(consumer.MinKafkaTimeout), shortDuration(consumer.MaxKafkaTimeout))
-	case c.KafkaSessionTimeout < consumer.MinSessionTimeout || c.KafkaSessionTimeout > consumer.MaxSessionTimeout:
-		return bad("KAFKA_SESSION_TIMEOUT", "%v: want %s to %s", c.KafkaSessionTimeout, shortDuration(consumer.MinSessionTimeout),
-			shortDuration(consumer.MaxSessionTimeout))
-	case c.ShutdownTimeout < time.Second || c.ShutdownTimeout > 10*time.Minute:
-		return bad("SHUTDOWN_TIMEOUT", "%v: want 1s to 10m", c.ShutdownTimeout)
-	case c.FailOpenAfter != 0 && (c.FailOpenAfter < time.Second || c.FailOpenAfter > 24*time.Hour):
-		return bad("FAIL_OPEN_AFTER", "%v: want empty (off) or 1s to 24h", c.FailOpenAfter)
-	case c.HandoffWait < 0 || c.HandoffWait > consumer.MaxHandoffWait:
-		return bad("HANDOFF_WAIT", "%v: want 0 to %v", c.HandoffWait, consumer.MaxHandoffWait)
-	case c.RedisMinReplicas < 0 || c.RedisMinReplicas > 5:
-		return bad("REDIS_MIN_REPLICAS", "%d: want 0 to 5", c.RedisMinReplicas)
 	case c.RedisUsername != "" && c.RedisPassword == "":
 		return bad("REDIS_PASSWORD", "required with DEDUPE_REDIS_USERNAME")
+	}
+	if err := firstBad(check{"KAFKA_TIMEOUT", consumer.CheckKafkaTimeout(c.KafkaTimeout)},
+		check{"KAFKA_SESSION_TIMEOUT", consumer.CheckSessionTimeout(c.KafkaSessionTimeout)},
+		check{"REDIS_MIN_REPLICAS", bloom.CheckMinReplicas(c.RedisMinReplicas)}); err != nil {
+		return err
 	}
 	if _, err := c.KafkaSASL(); err != nil {
 		return err
@@ -103,36 +103,55 @@ func (c Config) Validate() error {
 	if _, err := c.KafkaTLSConfig(); err != nil {
 		return err
 	}
-	if _, err := c.RedisTLSConfig(); err != nil {
+	_, err := c.RedisTLSConfig()
+	return err
+}
+
+// ValidateSizing checks the settings the filter is sized from, those of
+// dedupe-worker plan: the window, the expected IDs, the rate, the growth,
+// the memory factor, the shards, the filter kind and layout, and the
+// Redis time-out (which the preallocation lead counts), by the engine's
+// checks.
+func (c Config) ValidateSizing() error {
+	if _, err := c.FilterWindow(); err != nil {
 		return err
 	}
-	if _, err := ParseStartOffset(c.StartOffset); err != nil {
-		return bad("START_OFFSET", "%v", err)
+	if err := firstBad(check{"EXPECTED_PER_WINDOW", bloom.CheckElements(c.ExpectedPerWindow)},
+		check{"FALSE_POSITIVE_RATE", bloom.CheckFPR(c.FalsePositiveRate)},
+		check{"MAX_GROWTH", bloom.CheckGrowth(c.MaxGrowth)},
+		check{"MEMORY_FACTOR", bloom.CheckMemoryFactor(c.MemoryFactor)},
+		check{"SHARDS", bloom.CheckShards(c.Shards)},
+		check{"REDIS_TIMEOUT", bloom.CheckCallTimeout(c.RedisTimeout)}); err != nil {
+		return err
 	}
-	src, err := c.IDSource()
-	if err != nil {
+	_, err := c.PlanOptions()
+	return err
+}
+
+// validateEvents checks how events are read and routed: the ID, the event
+// time and the modes.
+func (c Config) validateEvents() error {
+	if _, err := c.Extractor(); err != nil {
+		return err
+	}
+	_, err := c.Modes()
+	return err
+}
+
+// validateWorker checks the worker's batches, time-outs and endpoints.
+func (c Config) validateWorker() error {
+	if err := firstBad(check{"BATCH_SIZE", consumer.CheckBatchSize(c.BatchSize)},
+		check{"BATCH_LINGER", consumer.CheckBatchLinger(c.BatchLinger)},
+		check{"SHUTDOWN_TIMEOUT", consumer.CheckShutdownTimeout(c.ShutdownTimeout)},
+		check{"FAIL_OPEN_AFTER", consumer.CheckFailOpenAfter(c.FailOpenAfter)},
+		check{"HANDOFF_WAIT", consumer.CheckHandoffWait(c.HandoffWait)}); err != nil {
 		return err
 	}
 	switch {
-	case c.TimeField != "" && c.TimeHeader != "":
-		return bad("TIME_FIELD", "set with %s_TIME_HEADER; the event time comes from one of them", Prefix)
-	case c.TimeField != "" && src.Kind != consumer.JSONID:
-		return bad("TIME_FIELD", "reads the JSON value, which %s_ID_FROM=%s never parses; use %s_TIME_HEADER or the message timestamp", Prefix, src.Kind, Prefix)
-	case c.TimeField != "":
-		if _, err := consumer.ParsePath(c.TimeField); err != nil {
-			return bad("TIME_FIELD", "%v", err)
-		}
-	}
-	if c.TimeHeader != "" {
-		if err := consumer.CheckHeaderName(c.TimeHeader); err != nil {
-			return bad("TIME_HEADER", "%v", err)
-		}
-	}
-	if c.Mode != ModeDrop && c.Mode != ModeShadow {
-		return bad("MODE", "%q: want %s or %s", c.Mode, ModeDrop, ModeShadow)
-	}
-	if _, err := c.PlanOptions(); err != nil {
-		return err
+	case c.HTTPAddr == "":
+		return bad("HTTP_ADDR", "want host:port or :port")
+	case c.LogLevel != "debug" && c.LogLevel != "info" && c.LogLevel != "warn" && c.LogLevel != "error":
+		return bad("LOG_LEVEL", "%q: want debug, info, warn or error", c.LogLevel)
 	}
 	return nil
 }
@@ -181,6 +200,3 @@ func shortDuration(d time.Duration) string {
 	}
 	return s
 }
-
-// hours prints a whole number of hours as 744h, not 744h0m0s.
-func hours(d time.Duration) string { return fmt.Sprintf("%dh", d/time.Hour) }
