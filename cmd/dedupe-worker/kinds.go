@@ -5,8 +5,8 @@ import (
 	"io"
 	"math"
 	"text/tabwriter"
-	"time"
 
+	"dedupe-worker/config"
 	"dedupe-worker/internal/bloom"
 )
 
@@ -59,13 +59,12 @@ func redisCalls(pl bloom.Plan, mode bloom.Mode) string {
 // loadPerMaster is the share of a core plan sizes the masters for.
 const loadPerMaster = 0.5
 
-// compareKinds prints both kinds' plans for the same load side by side,
-// and which it recommends and why: the least memory and Redis CPU per ID,
-// or, where one kind wins one and loses the other, the trade.
-func compareKinds(w io.Writer, n int64, p float64, opt bloom.PlanOptions, win bloom.Window, callTimeout time.Duration, rate float64) error {
+// compareKinds prints both kinds' plans for cfg side by side, and which
+// it recommends and why: the least memory and Redis CPU per ID, or, where
+// one kind wins one and loses the other, the trade.
+func compareKinds(w io.Writer, cfg config.Config, rate float64) error {
 	type row struct {
-		pl          bloom.Plan
-		live        int
+		config.Sizing
 		us, setnx   float64
 		at          float64
 		server      string
@@ -74,23 +73,25 @@ func compareKinds(w io.Writer, n int64, p float64, opt bloom.PlanOptions, win bl
 		memory, cpu float64
 	}
 	var rows []row
+	n, p := cfg.ExpectedPerWindow, cfg.FalsePositiveRate
 	for _, kind := range bloom.Kinds {
-		o := opt
-		o.Kind = kind
+		c := cfg
+		c.Filter = kind.String()
 		if kind != bloom.KindBloom {
-			o.Layout = bloom.Layout{}
+			c.Layout = ""
 		}
-		pl, err := bloom.NewPlan(n, p, o)
+		s, err := c.Sizing()
 		if err != nil {
 			return err
 		}
-		r := row{pl: pl, live: win.Live(bloom.PreallocateLead(pl, win, callTimeout))}
+		r := row{Sizing: s}
 		r.us, r.setnx, r.at, r.server = measuredCPU(kind, p)
 		r.cores = rate * r.us * 1e-6
 		r.masters = max(1, int(math.Ceil(r.cores/loadPerMaster)))
-		r.memory, r.cpu = float64(pl.Memory), r.us
+		r.memory, r.cpu = float64(s.Plan.Memory), r.us
 		rows = append(rows, r)
 	}
+	win := rows[0].Window
 	fmt.Fprintf(w, "\nthe kinds compared for %d IDs per %v window at p = %g (DEDUPE_FILTER; Redis CPU as measured by the benchmarks at the nearest rate measured):\n", n, win.Length, p)
 	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
 	head := "kind\tMiB per window\tbytes/ID\tMiB live\tRedis work per new ID\tRedis CPU per ID\tvs SET NX"
@@ -99,8 +100,8 @@ func compareKinds(w io.Writer, n int64, p float64, opt bloom.PlanOptions, win bl
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range rows {
-		line := fmt.Sprintf("%s\t%.0f\t%.1f\t%.0f\t%s\t%.1f us (p = %g, %s)\t%.2fx", r.pl.Kind, float64(r.pl.Memory)/(1<<20),
-			float64(r.pl.Memory)/float64(n), float64(r.pl.Memory)*float64(r.live)/(1<<20), redisCalls(r.pl, win.Mode), r.us, r.at, r.server, r.setnx/r.us)
+		line := fmt.Sprintf("%s\t%.0f\t%.1f\t%.0f\t%s\t%.1f us (p = %g, %s)\t%.2fx", r.Plan.Kind, mib(r.Plan.Memory),
+			float64(r.Plan.Memory)/float64(n), mib(r.LiveMemory()), redisCalls(r.Plan, win.Mode), r.us, r.at, r.server, r.setnx/r.us)
 		if rate > 0 {
 			line += fmt.Sprintf("\t%.2f\t%d", r.cores, r.masters)
 		}

@@ -394,6 +394,37 @@ func TestPlanRefusesUnknownVariable(t *testing.T) {
 	}
 }
 
+// plan reads its variables as the worker does: a value the worker refuses
+// stops it with one line naming the variable, instead of a plan made with
+// the default or with the value; a flag out of range is named as the flag.
+func TestPlanRefusesBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		env, args []string
+		want      string
+	}{
+		{[]string{"DEDUPE_WINDOW=1500ms"}, nil, "DEDUPE_WINDOW: "},
+		{[]string{"DEDUPE_WINDOW=soon"}, []string{"-n", "1000"}, "DEDUPE_WINDOW: "},
+		{[]string{"DEDUPE_SHARDS=0"}, []string{"-n", "1000"}, "DEDUPE_SHARDS: "},
+		{[]string{"DEDUPE_REDIS_TIMEOUT=1ms"}, nil, "DEDUPE_REDIS_TIMEOUT: "},
+		{[]string{"DEDUPE_START_OFFSET=yesterday"}, nil, "DEDUPE_START_OFFSET: "},
+		{nil, []string{"-window", "1500ms"}, "-window: "},
+		{nil, []string{"-mode", "sliding"}, "-mode: "},
+		{nil, []string{"-n", "0"}, "-n: "},
+	} {
+		t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {
+			for _, kv := range tc.env {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			var out, errb bytes.Buffer
+			code := run(append([]string{"plan"}, tc.args...), &out, &errb)
+			if code != 2 || out.Len() != 0 || strings.Count(errb.String(), "\n") != 1 || !strings.Contains(errb.String(), tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want 2, nothing, and one line naming %q", code, out.String(), errb.String(), tc.want)
+			}
+		})
+	}
+}
+
 // The worker refuses to start on a DEDUPE_ variable that names no
 // setting, with one line naming it and the nearest setting, before it
 // connects to anything.
