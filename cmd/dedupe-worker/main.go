@@ -48,22 +48,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	switch cmd {
 	case "run":
-		cfg, err := config.Load()
-		if err != nil {
-			fmt.Fprintln(stderr, "dedupe-worker:", err)
-			return 2
-		}
-		log, err := newLogger(cfg.LogLevel)
-		if err != nil {
-			fmt.Fprintln(stderr, "dedupe-worker:", err)
-			return 2
-		}
-		defer log.Sync()
-		if err := app.Run(ctx, cfg, log); err != nil {
-			log.Error("exiting", zap.Error(err))
-			return 1
-		}
-		return 0
+		return runWorker(ctx, stderr)
 	case "plan":
 		return plan(args, stdout, stderr)
 	case "stats":
@@ -76,6 +61,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, usage)
 	return 2
+}
+
+// runWorker runs the worker the DEDUPE_* variables describe until ctx
+// ends. A configuration it cannot load exits 2, one it cannot build or run
+// 1, each with one line naming the cause.
+func runWorker(ctx context.Context, stderr io.Writer) int {
+	cfg, err := config.Load()
+	if err != nil {
+		fmt.Fprintln(stderr, "dedupe-worker:", err)
+		return 2
+	}
+	log, err := newLogger(cfg.LogLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "dedupe-worker:", err)
+		return 2
+	}
+	defer log.Sync()
+	w, err := app.New(cfg, log)
+	if err == nil {
+		err = w.Run(ctx)
+	}
+	if err != nil {
+		log.Error("exiting", zap.Error(err))
+		return 1
+	}
+	return 0
 }
 
 func newLogger(level string) (*zap.Logger, error) {
