@@ -15,10 +15,7 @@ import (
 // configuration as the dedupe-worker command builds it (app.New), run
 // until it has read o.n messages. Its figures are read from its metrics.
 func worker(o options) (result, error) {
-	cfg := workerConfig(o, o.brokers, o.redis)
-	if err := cfg.Validate(); err != nil {
-		return result{}, err
-	}
+	cfg := workerConfig(o, o.brokers, o.redis) // app.New checks it
 	zc := zap.NewProductionConfig()
 	zc.Level = zap.NewAtomicLevelAt(zap.WarnLevel)
 	log, err := zc.Build()

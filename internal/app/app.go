@@ -60,22 +60,14 @@ func NewFilter(cfg config.Config, rc redis.UniversalClient) (*bloom.Filter, erro
 // newFilter is NewFilter with the clock, and the gauges and the logger the
 // filter reports to (nil: none).
 func newFilter(cfg config.Config, rc redis.UniversalClient, now func() time.Time, g *bloom.Gauges, log *zap.Logger) (*bloom.Filter, error) {
-	opt, err := cfg.PlanOptions()
-	if err != nil {
-		return nil, err
-	}
-	plan, err := bloom.NewPlan(cfg.ExpectedPerWindow, cfg.FalsePositiveRate, opt)
-	if err != nil {
-		return nil, fmt.Errorf("DEDUPE_FILTER, DEDUPE_EXPECTED_PER_WINDOW, DEDUPE_FALSE_POSITIVE_RATE, DEDUPE_MAX_GROWTH, DEDUPE_MEMORY_FACTOR, DEDUPE_LAYOUT: %w", err)
-	}
-	mode, err := bloom.ParseMode(cfg.WindowMode)
+	s, err := cfg.Sizing()
 	if err != nil {
 		return nil, err
 	}
 	return bloom.New(rc, bloom.Config{
 		Pipeline:    cfg.Pipeline,
-		Plan:        plan,
-		Window:      bloom.Window{Length: cfg.Window, Mode: mode, MaxLag: cfg.MaxLag},
+		Plan:        s.Plan,
+		Window:      s.Window,
 		CallTimeout: cfg.RedisTimeout,
 		MinReplicas: cfg.RedisMinReplicas,
 		Now:         now,
@@ -103,9 +95,10 @@ type Worker struct {
 	kafka kafkaconn.Conn
 }
 
-// New builds the worker cfg describes, connecting to nothing: a setting
-// the libraries refuse or a TLS file that cannot be read is returned, naming
-// its variable. Run it once; it closes what New opened. A Worker never
+// New builds the worker cfg describes, connecting to nothing. It checks cfg
+// as config.Load does (Config.Validate), so a configuration built by hand
+// is held to the same rules: a setting out of its limits, or a TLS file
+// that cannot be read, is returned, naming its variable. Run it once; it closes what New opened. A Worker never
 // run holds no connection.
 func New(cfg config.Config, log *zap.Logger) (*Worker, error) {
 	return newAt(cfg, log, time.Now)
@@ -115,6 +108,9 @@ func New(cfg config.Config, log *zap.Logger) (*Worker, error) {
 // are read from. Redis applies the keys' expiry with its own clock, so now
 // must stay near the real time.
 func newAt(cfg config.Config, log *zap.Logger, now func() time.Time) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	log = log.With(zap.String("pipeline", cfg.Pipeline))
 	// go-redis logs (dial failures, mostly) to stderr by itself otherwise.
 	redis.SetLogger(redisLogger{logs.Sampled(log.Named("redis"))})
@@ -143,19 +139,16 @@ func (w *Worker) build(now func() time.Time) error {
 		return err
 	}
 	w.filter = filter
-	start, err := config.ParseStartOffset(cfg.StartOffset)
-	if err != nil {
-		return err
-	}
 	logPlan(log, cfg, filter)
-	src, err := cfg.IDSource()
+	modes, err := cfg.Modes()
 	if err != nil {
 		return err
 	}
-	ex, err := consumer.NewExtractor(src, cfg.TimeField, cfg.TimeHeader)
+	ex, err := cfg.Extractor()
 	if err != nil {
 		return err
 	}
+	src, _ := cfg.IDSource() // read without error by Extractor
 	log.Info("deduplicating", zap.Stringer("id", src), zap.String("mode", cfg.Mode))
 	w.out, w.dlq = w.writer(cfg.OutputTopic), w.writer(cfg.DLQTopic)
 	if cfg.DuplicatesTopic != "" {
@@ -163,10 +156,9 @@ func (w *Worker) build(now func() time.Time) error {
 	}
 	w.consumer, err = consumer.New(consumer.Config{
 		Kafka: w.kafka, Topic: cfg.InputTopic, GroupID: cfg.GroupID,
-		BatchSize: cfg.BatchSize, BatchLinger: cfg.BatchLinger,
-		ShutdownTimeout: cfg.ShutdownTimeout, HandoffWait: cfg.HandoffWait, FailOpenAfter: cfg.FailOpenAfter, SessionTimeout: cfg.KafkaSessionTimeout, Extractor: ex, Logger: log, Metrics: metrics,
-		Now: now, DeadLetterLate: cfg.LatePolicy == config.LateDeadLetter, Shadow: cfg.Mode == config.ModeShadow,
-		Start:      consumer.Start{Latest: start.Latest, At: start.Time(now())},
+		BatchSize: cfg.BatchSize, BatchLinger: cfg.BatchLinger, ShutdownTimeout: cfg.ShutdownTimeout, SessionTimeout: cfg.KafkaSessionTimeout,
+		HandoffWait: cfg.HandoffWait, FailOpenAfter: cfg.FailOpenAfter, Extractor: ex, Logger: log, Metrics: metrics, Now: now,
+		DeadLetterLate: modes.DeadLetterLate, Shadow: modes.Shadow, Start: modes.Start.ConsumerStart(now()),
 		Duplicates: producerOrNil(w.dups),
 	}, filter, w.out, w.dlq)
 	if err != nil {

@@ -61,10 +61,7 @@ func replicaConfigs(o Options, brokers []string, redisAddr string) ([]config.Con
 		if err != nil {
 			return nil, err
 		}
-		cfgs[i] = workerConfig(o, brokers, redisAddr, addr)
-		if err := cfgs[i].Validate(); err != nil {
-			return nil, err
-		}
+		cfgs[i] = workerConfig(o, brokers, redisAddr, addr) // app.New checks it
 	}
 	return cfgs, nil
 }
