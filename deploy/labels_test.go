@@ -10,7 +10,7 @@ import (
 	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/consumer"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // checkedLabels are the labels whose every value the worker exports from
@@ -20,7 +20,7 @@ var checkedLabels = map[string]bool{"step": true, "reason": true, "verdict": tru
 
 // exportedValues are, by series and label, the values of checkedLabels the
 // worker exports: the series it makes at 0, and the per-partition
-// verdicts (made at a partition's first decision) from the record format.
+// verdicts (made at a partition's first decision) from the event format (package event).
 func exportedValues(t *testing.T) map[string]map[string]map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -50,7 +50,7 @@ func exportedValues(t *testing.T) map[string]map[string]map[string]bool {
 			}
 		}
 	}
-	for _, v := range record.Verdicts() {
+	for _, v := range event.Verdicts() {
 		add("dedupe_partition_verdicts_total", "verdict", v.String())
 	}
 	return out
@@ -67,7 +67,7 @@ var (
 func TestLabelValuesAreTheWorkers(t *testing.T) {
 	exported := exportedValues(t)
 	if len(exported["dedupe_errors_total"]["step"]) != len(consumer.Steps()) ||
-		len(exported["dedupe_events_dead_lettered_total"]["reason"]) != len(record.Reasons()) {
+		len(exported["dedupe_events_dead_lettered_total"]["reason"]) != len(event.Reasons()) {
 		t.Fatalf("the worker exports %v; want every step and reason at 0", exported)
 	}
 	checked := 0

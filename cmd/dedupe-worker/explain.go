@@ -16,7 +16,7 @@ import (
 	"dedupe-worker/internal/app"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/consumer"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // explain answers "why was my event dropped?" from Redis, read-only, with
@@ -83,7 +83,7 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *src != "" {
-		s, ok := record.ParseSource([]byte(*src))
+		s, ok := event.ParseSource([]byte(*src))
 		if !ok {
 			return fail(2, "-source %q: want topic/partition/offset", *src)
 		}

@@ -225,7 +225,7 @@ func TestBinaryLinksNoTestMachinery(t *testing.T) {
 // config.
 func TestLibrariesDoNotReadTheApplicationsSettings(t *testing.T) {
 	root := repoRoot(t)
-	libs := []string{"./internal/bloom", "./internal/consumer", "./internal/sink", "./internal/record", "./internal/retry"}
+	libs := []string{"./internal/bloom", "./internal/consumer", "./internal/sink", "./internal/event", "./internal/retry"}
 	pkgs := goList(t, root, append([]string{"-deps"}, libs...)...)
 	seen := 0
 	for _, p := range pkgs {

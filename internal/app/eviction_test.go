@@ -13,7 +13,7 @@ import (
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/consumer"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 	"dedupe-worker/internal/testenv"
 	"dedupe-worker/internal/testenv/replicas"
 )
@@ -162,7 +162,7 @@ func TestOutOfMemoryUnderNoeviction(t *testing.T) {
 	out := k.Read("out")
 	seen := map[string]int{}
 	for _, rec := range out {
-		seen[clickstream.Header(rec, record.IDHeader)]++
+		seen[clickstream.Header(rec, event.IDHeader)]++
 	}
 	for i := range 1500 {
 		if id := fmt.Sprintf("e%d", i); seen[id] != 1 {

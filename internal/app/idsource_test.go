@@ -12,7 +12,7 @@ import (
 
 	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/consumer"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 	"dedupe-worker/internal/testenv"
 	"dedupe-worker/internal/testenv/replicas"
 )
@@ -22,12 +22,12 @@ import (
 type fate struct {
 	id     string
 	dup    bool
-	reason record.Reason
+	reason event.Reason
 }
 
-func first(id string) fate              { return fate{id: id} }
-func dropped() fate                     { return fate{dup: true} }
-func deadFor(reason record.Reason) fate { return fate{reason: reason} }
+func first(id string) fate             { return fate{id: id} }
+func dropped() fate                    { return fate{dup: true} }
+func deadFor(reason event.Reason) fate { return fate{reason: reason} }
 
 // sourceCase is one ID source and an input with the fate of each record.
 type sourceCase struct {
@@ -74,8 +74,8 @@ func TestIDSources(t *testing.T) {
 				{Value: []byte(`tenant=a id=bc`)},
 				{Value: []byte(`{"tenant":"a","meta":{"id":"bc"}}`)},
 			},
-			fates: []fate{first("1:a,2:bc,"), first("2:ab,1:c,"), dropped(), first("1:7,2:bc,"), deadFor(record.NoIDPart),
-				deadFor(record.EmptyID), deadFor(record.BadID), deadFor(record.NotJSON), deadFor(record.NoTime)},
+			fates: []fate{first("1:a,2:bc,"), first("2:ab,1:c,"), dropped(), first("1:7,2:bc,"), deadFor(event.NoIDPart),
+				deadFor(event.EmptyID), deadFor(event.BadID), deadFor(event.NotJSON), deadFor(event.NoTime)},
 		},
 		{
 			name: "key", from: "key", forwardedValuesUnchanged: true,
@@ -88,7 +88,7 @@ func TestIDSources(t *testing.T) {
 				{Key: []byte{}, Value: avro(5)},
 				{Key: []byte("conv-2"), Value: deep},
 			},
-			fates: []fate{first("conv-1"), dropped(), first("conv-2"), first(string(avro(3))), deadFor(record.NoKey), deadFor(record.NoKey), dropped()},
+			fates: []fate{first("conv-1"), dropped(), first("conv-2"), first(string(avro(3))), deadFor(event.NoKey), deadFor(event.NoKey), dropped()},
 		},
 		{
 			name: "header", from: "header", idHeader: "x-click-id", timeHeader: "event-time", forwardedValuesUnchanged: true,
@@ -102,8 +102,8 @@ func TestIDSources(t *testing.T) {
 				{Value: blob, Headers: []kgo.RecordHeader{header("x-click-id", "h-4")}},
 				{Value: blob, Headers: []kgo.RecordHeader{header("x-click-id", "h-5"), header("event-time", "noon")}},
 			},
-			fates: []fate{first("h-1"), first("h-2"), dropped(), deadFor(record.NoHeader), deadFor(record.NoHeader), deadFor(record.EmptyHeader),
-				deadFor(record.NoTime), deadFor(record.BadTime)},
+			fates: []fate{first("h-1"), first("h-2"), dropped(), deadFor(event.NoHeader), deadFor(event.NoHeader), deadFor(event.EmptyHeader),
+				deadFor(event.NoTime), deadFor(event.BadTime)},
 		},
 		{
 			name: "value", from: "value", forwardedValuesUnchanged: true,
@@ -117,7 +117,7 @@ func TestIDSources(t *testing.T) {
 				{Key: []byte("u5"), Value: deep},
 			},
 			fates: []fate{first(valueID(blob)), dropped(), first(valueID(append(bytes.Clone(blob[:len(blob)-1]), 0x97))), first(valueID(avro(1))),
-				deadFor(record.EmptyValue), dropped(), first(valueID(deep))},
+				deadFor(event.EmptyValue), dropped(), first(valueID(deep))},
 		},
 	}
 	for _, tc := range cases {
@@ -146,7 +146,7 @@ func runSourceCase(t *testing.T, k *testenv.Kafka, redisAddr string, tc sourceCa
 	k.Produce(in, tc.recs...)
 
 	var dups, firsts int
-	reasons := map[record.Reason]int{}
+	reasons := map[event.Reason]int{}
 	for _, f := range tc.fates {
 		switch {
 		case f.dup:
@@ -172,7 +172,7 @@ func runSourceCase(t *testing.T, k *testenv.Kafka, redisAddr string, tc sourceCa
 	if got := m.Value("dedupe_verdicts_total", "verdict", "duplicate"); got != float64(dups) {
 		t.Errorf("%g duplicate verdicts, want %d", got, dups)
 	}
-	for _, reason := range record.Reasons() {
+	for _, reason := range event.Reasons() {
 		if got := m.Value("dedupe_events_dead_lettered_total", "reason", reason.String()); got != float64(reasons[reason]) {
 			t.Errorf("dead letters %s: %g, want %d", reason, got, reasons[reason])
 		}
@@ -187,10 +187,10 @@ func runSourceCase(t *testing.T, k *testenv.Kafka, redisAddr string, tc sourceCa
 	}
 	seen := make([]bool, n)
 	check := func(topic string, rec *kgo.Record) (int, bool) {
-		src, ok := record.ParseSource([]byte(clickstream.Header(rec, record.SourceHeader)))
+		src, ok := event.ParseSource([]byte(clickstream.Header(rec, event.SourceHeader)))
 		i, known := byOffset[src.Offset]
 		if !ok || src.Topic != in || src.Partition != 0 || !known {
-			t.Errorf("%s: a record with dedupe-source %q, not one of the input", topic, clickstream.Header(rec, record.SourceHeader))
+			t.Errorf("%s: a record with dedupe-source %q, not one of the input", topic, clickstream.Header(rec, event.SourceHeader))
 			return 0, false
 		}
 		if seen[i] {
@@ -222,7 +222,7 @@ func runSourceCase(t *testing.T, k *testenv.Kafka, redisAddr string, tc sourceCa
 			t.Errorf("input %d forwarded; want it %+v", i, want)
 			continue
 		}
-		if got := clickstream.Header(rec, record.IDHeader); got != want.id {
+		if got := clickstream.Header(rec, event.IDHeader); got != want.id {
 			t.Errorf("input %d forwarded with ID %q, want %q", i, got, want.id)
 		}
 		if !bytes.Equal(rec.Value, tc.recs[i].Value) {
@@ -235,9 +235,9 @@ func runSourceCase(t *testing.T, k *testenv.Kafka, redisAddr string, tc sourceCa
 		if !ok {
 			continue
 		}
-		got := record.ParseReason(clickstream.Header(rec, record.ReasonHeader))
+		got := event.ParseReason(clickstream.Header(rec, event.ReasonHeader))
 		if want := tc.fates[i]; want.id != "" || want.dup || got != want.reason {
-			t.Errorf("input %d dead-lettered for %s (%s); want it %+v", i, got, clickstream.Header(rec, record.ErrorHeader), want)
+			t.Errorf("input %d dead-lettered for %s (%s); want it %+v", i, got, clickstream.Header(rec, event.ErrorHeader), want)
 		}
 		if !bytes.Equal(rec.Value, tc.recs[i].Value) {
 			t.Errorf("input %d: dead letter's value differs from the input", i)

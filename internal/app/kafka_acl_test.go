@@ -20,7 +20,7 @@ import (
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/clickstream"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/testenv"
 	"dedupe-worker/internal/testenv/replicas"
@@ -297,8 +297,8 @@ func TestRunUnderTheDocumentedKafkaACLs(t *testing.T) {
 	dups := k.Read(aclDuplicatesTopic)
 	sources := map[string]bool{}
 	for _, rec := range dups {
-		sources[clickstream.Header(rec, record.SourceHeader)] = true
-		if v := clickstream.Header(rec, record.VerdictHeader); v != "duplicate" {
+		sources[clickstream.Header(rec, event.SourceHeader)] = true
+		if v := clickstream.Header(rec, event.VerdictHeader); v != "duplicate" {
 			t.Errorf("a copy in %s has dedupe-verdict %q", aclDuplicatesTopic, v)
 		}
 	}

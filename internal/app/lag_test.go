@@ -14,7 +14,7 @@ import (
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/clickstream"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 	"dedupe-worker/internal/testenv"
 	"dedupe-worker/internal/testenv/replicas"
 )
@@ -105,7 +105,7 @@ func settle(t *testing.T, n int, rs ...*replicas.Replica) {
 func idsOf(recs []*kgo.Record) map[string]bool {
 	ids := map[string]bool{}
 	for _, r := range recs {
-		ids[clickstream.Header(r, record.IDHeader)] = true
+		ids[clickstream.Header(r, event.IDHeader)] = true
 	}
 	return ids
 }
@@ -297,13 +297,13 @@ func TestBeyondTheBound(t *testing.T) {
 			out, dead := k.Read("out"), k.Read("dlq")
 			marked := map[string]string{} // ID -> dedupe-undeduplicated
 			for _, rec := range out {
-				if h := clickstream.Header(rec, record.UndeduplicatedHeader); h != "" {
-					marked[clickstream.Header(rec, record.IDHeader)] = h
+				if h := clickstream.Header(rec, event.UndeduplicatedHeader); h != "" {
+					marked[clickstream.Header(rec, event.IDHeader)] = h
 				}
 			}
 			reasons := map[string]int{}
 			for _, rec := range dead {
-				reasons[clickstream.Header(rec, record.ReasonHeader)]++
+				reasons[clickstream.Header(rec, event.ReasonHeader)]++
 			}
 			if policy == config.LateForward {
 				// Every copy and every event ahead forwarded and marked; the

@@ -15,7 +15,7 @@ import (
 
 	"dedupe-worker/internal/clickstream"
 	"dedupe-worker/internal/consumer"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 	"dedupe-worker/internal/testenv"
 	"dedupe-worker/internal/testenv/replicas"
 )
@@ -47,7 +47,7 @@ func TestOutputRefusesLargeEvents(t *testing.T) {
 	out, dead := k.Read("out"), k.Read("dlq")
 	ids := map[string]int{}
 	for _, rec := range out {
-		ids[clickstream.Header(rec, record.IDHeader)]++
+		ids[clickstream.Header(rec, event.IDHeader)]++
 	}
 	for id := range tr.Valid {
 		if id == "big" {
@@ -62,14 +62,14 @@ func TestOutputRefusesLargeEvents(t *testing.T) {
 	}
 	big := 0
 	for _, rec := range dead {
-		if record.ParseReason(clickstream.Header(rec, record.ReasonHeader)) != record.TooLarge {
+		if event.ParseReason(clickstream.Header(rec, event.ReasonHeader)) != event.TooLarge {
 			continue
 		}
 		big++
-		if len(rec.Value) != 0 || clickstream.Header(rec, record.SourceHeader) == "" || clickstream.Header(rec, record.IDHeader) != "big" {
-			t.Errorf("too_large dead letter: %d bytes of value, source %q, id %q", len(rec.Value), clickstream.Header(rec, record.SourceHeader), clickstream.Header(rec, record.IDHeader))
+		if len(rec.Value) != 0 || clickstream.Header(rec, event.SourceHeader) == "" || clickstream.Header(rec, event.IDHeader) != "big" {
+			t.Errorf("too_large dead letter: %d bytes of value, source %q, id %q", len(rec.Value), clickstream.Header(rec, event.SourceHeader), clickstream.Header(rec, event.IDHeader))
 		}
-		t.Logf("dead letter: %s", clickstream.Header(rec, record.ErrorHeader))
+		t.Logf("dead letter: %s", clickstream.Header(rec, event.ErrorHeader))
 	}
 	if big != 1 { // the second copy of "big" is a duplicate
 		t.Errorf("%d too_large dead letters, want 1", big)
@@ -144,9 +144,9 @@ func TestHugeIDRefusedByBothTopics(t *testing.T) {
 		t.Fatalf("out %d records, dlq %d; want the 2 small events forwarded and the huge one dead-lettered", len(out), len(dead))
 	}
 	d := dead[0]
-	if record.ParseReason(clickstream.Header(d, record.ReasonHeader)) != record.TooLarge || len(d.Value) != 0 ||
-		clickstream.Header(d, record.SourceHeader) != "in/0/1" || clickstream.Header(d, record.IDHeader) != "" {
+	if event.ParseReason(clickstream.Header(d, event.ReasonHeader)) != event.TooLarge || len(d.Value) != 0 ||
+		clickstream.Header(d, event.SourceHeader) != "in/0/1" || clickstream.Header(d, event.IDHeader) != "" {
 		t.Errorf("dead letter: reason %q, %d bytes of value, source %q, %d bytes of dedupe-id; want too_large, none, in/0/1, none",
-			clickstream.Header(d, record.ReasonHeader), len(d.Value), clickstream.Header(d, record.SourceHeader), len(clickstream.Header(d, record.IDHeader)))
+			clickstream.Header(d, event.ReasonHeader), len(d.Value), clickstream.Header(d, event.SourceHeader), len(clickstream.Header(d, event.IDHeader)))
 	}
 }

@@ -23,7 +23,7 @@ import (
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/clickstream"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/syncbuf"
 	"dedupe-worker/internal/testcerts"
@@ -118,7 +118,7 @@ func endToEnd(t *testing.T, k *testenv.Kafka, r *replicas.Replica) {
 	out := k.Read("out")
 	ids := map[string]int{}
 	for _, rec := range out {
-		ids[clickstream.Header(rec, record.IDHeader)]++
+		ids[clickstream.Header(rec, event.IDHeader)]++
 	}
 	if len(out) != 20 || len(ids) != 20 {
 		t.Fatalf("output: %d records, %d distinct IDs; want 20 and 20: %v", len(out), len(ids), ids)
@@ -132,7 +132,7 @@ func endToEnd(t *testing.T, k *testenv.Kafka, r *replicas.Replica) {
 	if len(dlq) != 1 || string(dlq[0].Value) != `{"id": oops` {
 		t.Fatalf("dead letters: %d, want the malformed event", len(dlq))
 	}
-	if clickstream.Header(dlq[0], record.ErrorHeader) == "" {
+	if clickstream.Header(dlq[0], event.ErrorHeader) == "" {
 		t.Error("the dead letter has no reason header")
 	}
 	if !r.Ready() {

@@ -11,7 +11,7 @@ import (
 
 	"dedupe-worker/config"
 	"dedupe-worker/internal/clickstream"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 	"dedupe-worker/internal/testenv"
 	"dedupe-worker/internal/testenv/replicas"
 )
@@ -105,40 +105,40 @@ func TestShadowMarksWhatDropDrops(t *testing.T) {
 	}
 
 	// Source by source.
-	src := func(r *kgo.Record) string { return clickstream.Header(r, record.SourceHeader) }
+	src := func(r *kgo.Record) string { return clickstream.Header(r, event.SourceHeader) }
 	dropOut := map[string]string{} // source -> ID
 	for _, r := range k.Read("out-drop") {
-		dropOut[src(r)] = clickstream.Header(r, record.IDHeader)
+		dropOut[src(r)] = clickstream.Header(r, event.IDHeader)
 	}
 	shadowOut := k.Read("out-shadow")
-	marked := map[record.Verdict]int{}
+	marked := map[event.Verdict]int{}
 	perPartition := map[string][2]int{}
 	firstOf := map[string]string{} // ID -> the source shadow marked first
 	undeduplicated := 0
 	for _, r := range shadowOut {
-		s, id := src(r), clickstream.Header(r, record.IDHeader)
-		if u := clickstream.Header(r, record.UndeduplicatedHeader); u != "" {
-			if u != "late" || clickstream.Header(r, record.VerdictHeader) != "" {
-				t.Errorf("%s: undeduplicated %q with verdict %q; want late without a verdict", s, u, clickstream.Header(r, record.VerdictHeader))
+		s, id := src(r), clickstream.Header(r, event.IDHeader)
+		if u := clickstream.Header(r, event.UndeduplicatedHeader); u != "" {
+			if u != "late" || clickstream.Header(r, event.VerdictHeader) != "" {
+				t.Errorf("%s: undeduplicated %q with verdict %q; want late without a verdict", s, u, clickstream.Header(r, event.VerdictHeader))
 			}
 			undeduplicated++
 			continue
 		}
-		v, ok := record.ParseVerdict([]byte(clickstream.Header(r, record.VerdictHeader)))
+		v, ok := event.ParseVerdict([]byte(clickstream.Header(r, event.VerdictHeader)))
 		if !ok {
-			t.Errorf("%s: no or a bad %s header %q", s, record.VerdictHeader, clickstream.Header(r, record.VerdictHeader))
+			t.Errorf("%s: no or a bad %s header %q", s, event.VerdictHeader, clickstream.Header(r, event.VerdictHeader))
 			continue
 		}
 		marked[v]++
-		ps, _ := record.ParseSource([]byte(s))
+		ps, _ := event.ParseSource([]byte(s))
 		c := perPartition[strconv.Itoa(int(ps.Partition))]
 		c[v]++
 		perPartition[strconv.Itoa(int(ps.Partition))] = c
 		_, forwardedByDrop := dropOut[s]
-		if (v == record.First) != forwardedByDrop {
+		if (v == event.First) != forwardedByDrop {
 			t.Errorf("%s (ID %s): shadow marked it %s, drop forwarded it: %v", s, id, v, forwardedByDrop)
 		}
-		if v == record.First {
+		if v == event.First {
 			if prev, twice := firstOf[id]; twice {
 				t.Errorf("ID %s marked first at %s and at %s", id, prev, s)
 			}
@@ -155,19 +155,19 @@ func TestShadowMarksWhatDropDrops(t *testing.T) {
 	if len(firstOf) != len(dropOut) {
 		t.Errorf("%d IDs marked first in shadow, %d forwarded by drop", len(firstOf), len(dropOut))
 	}
-	if marked[record.First]+marked[record.Duplicate] != valid || undeduplicated != late {
-		t.Errorf("shadow forwarded %d first, %d duplicate, %d late; want %d valid and %d late", marked[record.First], marked[record.Duplicate],
+	if marked[event.First]+marked[event.Duplicate] != valid || undeduplicated != late {
+		t.Errorf("shadow forwarded %d first, %d duplicate, %d late; want %d valid and %d late", marked[event.First], marked[event.Duplicate],
 			undeduplicated, valid, late)
 	}
-	if marked[record.Duplicate] == 0 || marked[record.Duplicate] != valid-len(dropOut) {
-		t.Errorf("%d marked duplicate, drop dropped %d", marked[record.Duplicate], valid-len(dropOut))
+	if marked[event.Duplicate] == 0 || marked[event.Duplicate] != valid-len(dropOut) {
+		t.Errorf("%d marked duplicate, drop dropped %d", marked[event.Duplicate], valid-len(dropOut))
 	}
 	// The verdicts per partition, as the headers say, in both modes.
 	if len(perPartition) != 4 {
 		t.Errorf("verdicts in %d partitions, want 4", len(perPartition))
 	}
 	for p, c := range perPartition {
-		for _, v := range record.Verdicts() {
+		for _, v := range event.Verdicts() {
 			for name, m := range map[string]testenv.Metrics{"drop": dm, "shadow": sm} {
 				if got := m.Value("dedupe_partition_verdicts_total", "topic", "in", "partition", p, "verdict", v.String()); got != float64(c[v]) {
 					t.Errorf("%s: partition %s, %s: %g, want %d", name, p, v, got, c[v])
@@ -176,8 +176,8 @@ func TestShadowMarksWhatDropDrops(t *testing.T) {
 		}
 	}
 	t.Logf("%d events: %d valid, %d malformed, %d late; shadow marked %d first and %d duplicate (duplicate rate %.1f%%), drop forwarded %d",
-		len(recs), valid, malformed, late, marked[record.First], marked[record.Duplicate],
-		100*float64(marked[record.Duplicate])/float64(valid), len(dropOut))
+		len(recs), valid, malformed, late, marked[event.First], marked[event.Duplicate],
+		100*float64(marked[event.Duplicate])/float64(valid), len(dropOut))
 
 	// The shadow pipeline switched to drop: same pipeline, same group.
 	if err := shadow.Stop(); err != nil {
@@ -213,8 +213,8 @@ func TestShadowMarksWhatDropDrops(t *testing.T) {
 			continue
 		}
 		after++
-		if v := clickstream.Header(r, record.VerdictHeader); v != "" {
-			t.Errorf("%s: forwarded in drop mode with %s %q", src(r), record.VerdictHeader, v)
+		if v := clickstream.Header(r, event.VerdictHeader); v != "" {
+			t.Errorf("%s: forwarded in drop mode with %s %q", src(r), event.VerdictHeader, v)
 		}
 	}
 	if after != fresh {

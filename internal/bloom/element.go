@@ -6,13 +6,13 @@ package bloom
 import (
 	"time"
 
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // Source is where an element was read, a Kafka topic, partition and
-// offset: the record format's source (the same type, not a copy), which
+// offset: the event format's source (the same type, not a copy), which
 // the worker writes in every message's dedupe-source header.
-type Source = record.Source
+type Source = event.Source
 
 // MaxOffset is the largest source offset accepted: Lua numbers are exact to
 // 2^53, and offsets are kept with room to spare.
@@ -110,14 +110,14 @@ func (v Verdict) Forward() bool {
 	return v != Duplicate && v != ReplayedDuplicate && v != ReplayedDelivered
 }
 
-// Record is v as the output labels it (record.VerdictHeader, and the
-// verdict label of dedupe_partition_verdicts_total): record.First for a
-// verdict to forward, record.Duplicate for one to drop. The record format
+// Record is v as the output labels it (event.VerdictHeader, and the
+// verdict label of dedupe_partition_verdicts_total): event.First for a
+// verdict to forward, event.Duplicate for one to drop. The event format
 // keeps two values because a reader of the output needs no more; the
 // engine's verdicts say why.
-func (v Verdict) Record() record.Verdict {
+func (v Verdict) Record() event.Verdict {
 	if v.Forward() {
-		return record.First
+		return event.First
 	}
-	return record.Duplicate
+	return event.Duplicate
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // Truth is what an input stream holds.
@@ -104,7 +104,7 @@ func Check(tr Truth, out, dead []*kgo.Record) Report {
 	deadSources := map[string]bool{}
 	deadValues := map[string]bool{}
 	for _, r := range dead {
-		if Header(r, ErrorHeader) == "" || record.ParseReason(Header(r, ReasonHeader)) == record.Other {
+		if Header(r, ErrorHeader) == "" || event.ParseReason(Header(r, ReasonHeader)) == event.Other {
 			rep.NoReason++
 		}
 		if !tr.Bad[string(r.Value)] {

@@ -6,15 +6,15 @@ package clickstream
 import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // The headers the worker adds.
 const (
-	SourceHeader = record.SourceHeader
-	IDHeader     = record.IDHeader
-	ErrorHeader  = record.ErrorHeader
-	ReasonHeader = record.ReasonHeader
+	SourceHeader = event.SourceHeader
+	IDHeader     = event.IDHeader
+	ErrorHeader  = event.ErrorHeader
+	ReasonHeader = event.ReasonHeader
 )
 
 // Header returns the value of header key of r.

@@ -78,7 +78,7 @@ type Config struct {
 	// Zero (unlike the other fields): no wait, from 0 to MaxHandoffWait.
 	HandoffWait time.Duration
 	// FailOpenAfter, when not zero, forwards valid events unchecked (with
-	// record.VerdictHeader record.Unchecked, counted) once the filter has
+	// event.VerdictHeader event.Unchecked, counted) once the filter has
 	// failed for this long, until it answers again: nothing is lost and
 	// copies pass; from MinFailOpenAfter to MaxFailOpenAfter. Zero: the
 	// worker waits, not ready, as long as the filter fails.
@@ -88,7 +88,7 @@ type Config struct {
 	// them undeduplicated with the UndeduplicatedHeader.
 	DeadLetterLate bool
 	// Shadow forwards every valid event, duplicates too, each deduplicated
-	// one with the record.VerdictHeader, and events beyond the lag bound
+	// one with the event.VerdictHeader, and events beyond the lag bound
 	// undeduplicated whatever DeadLetterLate says; the decisions and what
 	// the filter records are those of drop mode.
 	Shadow bool
@@ -96,7 +96,7 @@ type Config struct {
 	Now func() time.Time
 
 	// Duplicates, when set, receives every copy dropped as a duplicate
-	// (drop mode), unchanged with its source and record.VerdictHeader
+	// (drop mode), unchanged with its source and event.VerdictHeader
 	// duplicate, acknowledged before the batch is committed. Default:
 	// none, copies are dropped.
 	Duplicates Producer

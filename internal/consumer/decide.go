@@ -3,7 +3,7 @@ package consumer
 // The decide stage: from a batch of messages to the messages to forward
 // and to dead-letter. The Extractor reads each message's ID and event time,
 // one test-and-set (the Filter) decides the batch, and each verdict becomes
-// a forwarded message with the record format's headers, a dead letter with
+// a forwarded message with the event format's headers, a dead letter with
 // its reason, or nothing.
 
 import (
@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"dedupe-worker/internal/bloom"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // decide takes a batch through the four steps of the stage: extract, one
@@ -80,8 +80,8 @@ func (w *Worker) extractBatch(b *buffers) {
 }
 
 // sourceOf is where m was read.
-func sourceOf(m *kafka.Message) record.Source {
-	return record.Source{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset}
+func sourceOf(m *kafka.Message) event.Source {
+	return event.Source{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset}
 }
 
 // testAndSet is the batch's one test-and-set (callFilter): b.decision, or
@@ -118,7 +118,7 @@ type tally struct {
 }
 
 // route turns each verdict of b's decision into a message: forwarded
-// (b.out) with the record format's headers, kept as a copy (b.dups), dead-
+// (b.out) with the event format's headers, kept as a copy (b.dups), dead-
 // lettered (b.dead) with its reason, or nothing; and each undecided
 // message into a dead letter unless it was delivered before.
 func (w *Worker) route(b *buffers) *tally {
@@ -141,7 +141,7 @@ func (w *Worker) route(b *buffers) *tally {
 			t.replayed++
 		}
 		m := &b.batch[b.idx[k]]
-		id := kafka.Header{Key: record.IDHeader, Value: b.elems[k].ID}
+		id := kafka.Header{Key: event.IDHeader, Value: b.elems[k].ID}
 		if v == bloom.Late || v == bloom.Future {
 			if t.firstLate < 0 {
 				t.firstLate = k
@@ -151,7 +151,7 @@ func (w *Worker) route(b *buffers) *tally {
 				continue
 			}
 			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
-				Headers: b.headers.with(m, id, kafka.Header{Key: record.UndeduplicatedHeader, Value: []byte(v.String())})})
+				Headers: b.headers.with(m, id, kafka.Header{Key: event.UndeduplicatedHeader, Value: []byte(v.String())})})
 			continue
 		}
 		verdict := v.Record()
@@ -159,12 +159,12 @@ func (w *Worker) route(b *buffers) *tally {
 		switch {
 		case shadow:
 			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
-				Headers: b.headers.with(m, id, kafka.Header{Key: record.VerdictHeader, Value: verdict.Value()})})
-		case verdict == record.First:
+				Headers: b.headers.with(m, id, kafka.Header{Key: event.VerdictHeader, Value: verdict.Value()})})
+		case verdict == event.First:
 			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time, Headers: b.headers.with(m, id)})
 		case keepDups:
 			dups = append(dups, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
-				Headers: b.headers.with(m, id, kafka.Header{Key: record.VerdictHeader, Value: record.Duplicate.Value()})})
+				Headers: b.headers.with(m, id, kafka.Header{Key: event.VerdictHeader, Value: event.Duplicate.Value()})})
 		}
 	}
 	b.out, b.dead, b.dups = out, dead, dups
@@ -246,15 +246,15 @@ func beyondBound(v bloom.Verdict) error {
 // The dead-letter reasons of events beyond the lag bound, under
 // DeadLetterLate.
 var (
-	ErrLate   = record.Late.Err("late: processed after the lag bound (max lag past the end of its event time's window), not deduplicated")
-	ErrFuture = record.Future.Err("future: event time so far ahead of the clock that its window starts after the next window's preallocation lead, not deduplicated")
+	ErrLate   = event.Late.Err("late: processed after the lag bound (max lag past the end of its event time's window), not deduplicated")
+	ErrFuture = event.Future.Err("future: event time so far ahead of the clock that its window starts after the next window's preallocation lead, not deduplicated")
 )
 
 // ErrTooLarge dead-letters a message too large to produce again with the
 // headers the worker adds (headerAllowance less than the Producers'
 // MaxMessageBytes); its dead letter has no value, and its dedupe-source
 // header says where the original is.
-var ErrTooLarge = record.TooLarge.Err(fmt.Sprintf("message is larger than the producer's limit less %d bytes for the headers the worker adds; the value is left out, see dedupe-source",
+var ErrTooLarge = event.TooLarge.Err(fmt.Sprintf("message is larger than the producer's limit less %d bytes for the headers the worker adds; the value is left out, see dedupe-source",
 	headerAllowance))
 
 // headerAllowance is room left for the headers the worker adds.
@@ -263,12 +263,12 @@ const headerAllowance = 4096
 // deadLetter appends to dead the dead letter of m: the input unchanged,
 // with its source and reason, and counts it.
 func (w *Worker) deadLetter(dead []kafka.Message, m *kafka.Message, reason error) []kafka.Message {
-	r := record.ReasonOf(reason)
+	r := event.ReasonOf(reason)
 	w.m.deadLettered.WithLabelValues(r.String()).Inc()
 	h := make([]kafka.Header, 0, len(m.Headers)+3)
 	h = append(h, m.Headers...)
-	h = append(h, kafka.Header{Key: record.SourceHeader, Value: sourceOf(m).Append(nil)},
-		kafka.Header{Key: record.ErrorHeader, Value: []byte(reason.Error())},
-		kafka.Header{Key: record.ReasonHeader, Value: []byte(r.String())})
+	h = append(h, kafka.Header{Key: event.SourceHeader, Value: sourceOf(m).Append(nil)},
+		kafka.Header{Key: event.ErrorHeader, Value: []byte(reason.Error())},
+		kafka.Header{Key: event.ReasonHeader, Value: []byte(r.String())})
 	return append(dead, kafka.Message{Key: m.Key, Value: m.Value, Headers: h, Time: m.Time})
 }

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"dedupe-worker/internal/bloom"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 	"dedupe-worker/internal/retry"
 )
 
@@ -152,11 +152,11 @@ type refusal struct {
 
 // reason is the refusal's dead-letter reason: the one its error carries,
 // or Refused when it carries none.
-func (f refusal) reason() record.Reason {
-	if r := record.ReasonOf(f.err); r != record.Other {
+func (f refusal) reason() event.Reason {
+	if r := event.ReasonOf(f.err); r != event.Other {
 		return r
 	}
-	return record.Refused
+	return event.Refused
 }
 
 // produce writes msgs with p, retrying (w.retry) only the messages not yet
@@ -194,16 +194,16 @@ func (w *Worker) produce(ctx context.Context, d *buffers, p Producer, step strin
 // dedupe-source, which says where the original is.
 func refusedLetter(f refusal) kafka.Message {
 	reason := f.reason()
-	tooLarge := reason == record.TooLarge
+	tooLarge := reason == event.TooLarge
 	h := make([]kafka.Header, 0, len(f.msg.Headers)+2)
 	for _, x := range f.msg.Headers {
 		if !tooLarge || len(x.Key)+len(x.Value) <= refusedPartMax {
 			h = append(h, x)
 		}
 	}
-	h = append(h, kafka.Header{Key: record.ErrorHeader, Value: fmt.Appendf(nil, "the output topic refused it (timestamp %s): %v",
+	h = append(h, kafka.Header{Key: event.ErrorHeader, Value: fmt.Appendf(nil, "the output topic refused it (timestamp %s): %v",
 		f.msg.Time.UTC().Format(time.RFC3339Nano), f.err)},
-		kafka.Header{Key: record.ReasonHeader, Value: []byte(reason.String())})
+		kafka.Header{Key: event.ReasonHeader, Value: []byte(reason.String())})
 	dl := kafka.Message{Key: f.msg.Key, Value: f.msg.Value, Headers: h}
 	if tooLarge {
 		dl.Value = nil
@@ -221,7 +221,7 @@ const refusedPartMax = 1 << 10
 // sourceHeader is the dedupe-source of a message the worker wrote.
 func sourceHeader(m *kafka.Message) string {
 	for _, h := range m.Headers {
-		if h.Key == record.SourceHeader {
+		if h.Key == event.SourceHeader {
 			return string(h.Value)
 		}
 	}

@@ -15,25 +15,25 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/tidwall/gjson"
 
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // Reasons for the dead-letter topic, in its dedupe-error header; each
-// carries its record.Reason.
+// carries its event.Reason.
 var (
-	ErrNotJSON     = record.NotJSON.Err("payload is not valid JSON")
-	ErrTooDeep     = record.TooDeep.Err(fmt.Sprintf("payload nests deeper than %d levels", MaxJSONDepth))
-	ErrNoID        = record.NoID.Err("element ID is missing")
-	ErrEmptyID     = record.EmptyID.Err("element ID is empty")
-	ErrBadID       = record.BadID.Err("element ID is not a string or a number")
-	ErrNoTime      = record.NoTime.Err("event time is missing")
-	ErrBadTime     = record.BadTime.Err("event time is not Unix seconds, Unix milliseconds or RFC 3339")
-	ErrInvalidUTF8 = record.InvalidUTF8.Err("element ID is not valid UTF-8")
-	ErrNoKey       = record.NoKey.Err("element ID is the message key, and the message has none (or an empty one)")
-	ErrNoHeader    = record.NoHeader.Err("element ID is a header the message does not carry")
-	ErrEmptyHeader = record.EmptyHeader.Err("element ID is a header, and its value is empty")
-	ErrEmptyValue  = record.EmptyValue.Err("element ID is the hash of the value, and the value is empty")
-	ErrNoIDPart    = record.NoIDPart.Err("element ID is a composite, and a field of it is missing")
+	ErrNotJSON     = event.NotJSON.Err("payload is not valid JSON")
+	ErrTooDeep     = event.TooDeep.Err(fmt.Sprintf("payload nests deeper than %d levels", MaxJSONDepth))
+	ErrNoID        = event.NoID.Err("element ID is missing")
+	ErrEmptyID     = event.EmptyID.Err("element ID is empty")
+	ErrBadID       = event.BadID.Err("element ID is not a string or a number")
+	ErrNoTime      = event.NoTime.Err("event time is missing")
+	ErrBadTime     = event.BadTime.Err("event time is not Unix seconds, Unix milliseconds or RFC 3339")
+	ErrInvalidUTF8 = event.InvalidUTF8.Err("element ID is not valid UTF-8")
+	ErrNoKey       = event.NoKey.Err("element ID is the message key, and the message has none (or an empty one)")
+	ErrNoHeader    = event.NoHeader.Err("element ID is a header the message does not carry")
+	ErrEmptyHeader = event.EmptyHeader.Err("element ID is a header, and its value is empty")
+	ErrEmptyValue  = event.EmptyValue.Err("element ID is the hash of the value, and the value is empty")
+	ErrNoIDPart    = event.NoIDPart.Err("element ID is a composite, and a field of it is missing")
 )
 
 // Extractor reads the element ID and event time of a message. It is safe

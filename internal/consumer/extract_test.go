@@ -10,7 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // extractor is the Extractor of the JSON field path idField (with its
@@ -183,19 +183,19 @@ func TestExtractWithoutParsing(t *testing.T) {
 
 // Every dead-letter error of the Extractor has a reason of its own,
 // found by its type, and every reason the Extractor gives is a label of
-// record.Reasons.
+// event.Reasons.
 func TestExtractReasons(t *testing.T) {
-	want := map[error]record.Reason{ErrNotJSON: record.NotJSON, ErrTooDeep: record.TooDeep, ErrNoID: record.NoID, ErrEmptyID: record.EmptyID,
-		ErrBadID: record.BadID, ErrNoTime: record.NoTime, ErrBadTime: record.BadTime, ErrInvalidUTF8: record.InvalidUTF8,
-		ErrNoKey: record.NoKey, ErrNoHeader: record.NoHeader, ErrEmptyHeader: record.EmptyHeader, ErrEmptyValue: record.EmptyValue,
-		ErrNoIDPart: record.NoIDPart, ErrTooLarge: record.TooLarge, ErrLate: record.Late, ErrFuture: record.Future}
+	want := map[error]event.Reason{ErrNotJSON: event.NotJSON, ErrTooDeep: event.TooDeep, ErrNoID: event.NoID, ErrEmptyID: event.EmptyID,
+		ErrBadID: event.BadID, ErrNoTime: event.NoTime, ErrBadTime: event.BadTime, ErrInvalidUTF8: event.InvalidUTF8,
+		ErrNoKey: event.NoKey, ErrNoHeader: event.NoHeader, ErrEmptyHeader: event.EmptyHeader, ErrEmptyValue: event.EmptyValue,
+		ErrNoIDPart: event.NoIDPart, ErrTooLarge: event.TooLarge, ErrLate: event.Late, ErrFuture: event.Future}
 	labels := map[string]bool{}
-	for _, r := range record.Reasons() {
+	for _, r := range event.Reasons() {
 		labels[r.String()] = true
 	}
 	for err, r := range want {
 		// Wrapped as the composite's parts wrap them.
-		if got := record.ReasonOf(fmt.Errorf("%w: part x", err)); got != r || !labels[got.String()] {
+		if got := event.ReasonOf(fmt.Errorf("%w: part x", err)); got != r || !labels[got.String()] {
 			t.Errorf("%v: reason %v, want %v", err, got, r)
 		}
 	}

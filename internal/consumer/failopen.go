@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"dedupe-worker/internal/bloom"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 	"dedupe-worker/internal/retry"
 )
 
@@ -118,12 +118,12 @@ func (w *Worker) forwardUnchecked(b *buffers) {
 	for k := range b.elems {
 		m := &b.batch[b.idx[k]]
 		out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time,
-			Headers: b.headers.with(m, kafka.Header{Key: record.IDHeader, Value: b.elems[k].ID},
-				kafka.Header{Key: record.VerdictHeader, Value: uncheckedValue})})
+			Headers: b.headers.with(m, kafka.Header{Key: event.IDHeader, Value: b.elems[k].ID},
+				kafka.Header{Key: event.VerdictHeader, Value: uncheckedValue})})
 	}
 	b.out, b.dead, b.dups = out, dead, b.dups[:0]
 	w.m.unchecked.Add(float64(len(b.elems)))
 }
 
-// uncheckedValue is record.Unchecked as a header value, shared.
-var uncheckedValue = []byte(record.Unchecked)
+// uncheckedValue is event.Unchecked as a header value, shared.
+var uncheckedValue = []byte(event.Unchecked)

@@ -3,7 +3,7 @@ package consumer
 import (
 	"github.com/segmentio/kafka-go"
 
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // headerBuf hands out the headers of forwarded messages from a few large
@@ -52,7 +52,7 @@ func (b *headerBuf) with(m *kafka.Message, extra ...kafka.Header) []kafka.Header
 	src := b.bytes[start:len(b.bytes):len(b.bytes)]
 	first := len(b.headers)
 	b.headers = append(b.headers, m.Headers...)
-	b.headers = append(b.headers, kafka.Header{Key: record.SourceHeader, Value: src})
+	b.headers = append(b.headers, kafka.Header{Key: event.SourceHeader, Value: src})
 	b.headers = append(b.headers, extra...)
 	return b.headers[first:len(b.headers):len(b.headers)]
 }

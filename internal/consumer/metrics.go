@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"dedupe-worker/internal/bloom"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // Metrics are the worker's Prometheus metrics, labelled with the pipeline.
@@ -165,7 +165,7 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	for _, v := range verdictLabels() {
 		m.verdicts.WithLabelValues(v)
 	}
-	for _, r := range record.Reasons() {
+	for _, r := range event.Reasons() {
 		m.deadLettered.WithLabelValues(r.String())
 	}
 	for _, s := range Steps() {
@@ -180,7 +180,7 @@ func NewMetrics(reg prometheus.Registerer, pipeline string) *Metrics {
 	return m
 }
 
-// addPartitionVerdicts adds n, counts by record.Verdict, to the verdicts of
+// addPartitionVerdicts adds n, counts by event.Verdict, to the verdicts of
 // one input partition. Both of its series exist from its first decision
 // on, so a rate of duplicates is 0 rather than no data. The series are
 // bounded by the partitions of the input topic.
@@ -191,7 +191,7 @@ func (m *Metrics) addPartitionVerdicts(topic string, partition int32, n [2]int) 
 	if !ok {
 		c = &[2]prometheus.Counter{}
 		p := strconv.Itoa(int(partition))
-		for _, v := range record.Verdicts() {
+		for _, v := range event.Verdicts() {
 			c[v] = m.partitionVerdicts.WithLabelValues(topic, p, v.String())
 		}
 		m.partitions[k] = c

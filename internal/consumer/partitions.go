@@ -8,7 +8,7 @@ package consumer
 import (
 	"github.com/segmentio/kafka-go"
 
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // partitionSlots numbers the partitions of a batch in the order they first
@@ -109,7 +109,7 @@ func highest(batch []kafka.Message, into []kafka.Message) []kafka.Message {
 }
 
 // partitionVerdicts counts a batch's first and duplicate verdicts per
-// input partition: n[k], by record.Verdict, for the partition of slot k.
+// input partition: n[k], by event.Verdict, for the partition of slot k.
 type partitionVerdicts struct {
 	slots partitionSlots
 	n     [][2]int
@@ -122,7 +122,7 @@ func (c *partitionVerdicts) reset() {
 }
 
 // add counts verdict v of partition p.
-func (c *partitionVerdicts) add(p int, v record.Verdict) {
+func (c *partitionVerdicts) add(p int, v event.Verdict) {
 	k, isNew := c.slots.slot(p)
 	if isNew {
 		c.n = append(c.n, [2]int{})

@@ -43,8 +43,8 @@ type WriteFailure interface {
 	// Refused yields, in ascending order, the index in the slice given to
 	// Write of each message the topic refused for its content, and an
 	// error that says why and carries the dead letter's reason
-	// (record.ReasonOf: record.TooLarge, whose dead letter leaves the
-	// value out, or record.Refused). Those messages are not written.
+	// (event.ReasonOf: event.TooLarge, whose dead letter leaves the
+	// value out, or event.Refused). Those messages are not written.
 	Refused() iter.Seq2[int, error]
 	// Unacknowledged returns, in a new slice, the messages of msgs (the
 	// slice given to Write) neither acknowledged nor refused, and why: none

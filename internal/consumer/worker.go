@@ -12,7 +12,7 @@
 //   - decide.go: extract (its ID and event time, the Extractor of
 //     extract.go), one test-and-set per batch (the Filter), route (the
 //     messages to forward and to dead-letter, with the headers of the
-//     record format, package record) and count;
+//     event format, package event) and count;
 //   - deliver.go: both written (the Producer, producer.go), the batch
 //     marked delivered, then the offsets committed.
 //

@@ -14,7 +14,7 @@ import (
 
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clickstream"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 func runDemo(t *testing.T, o Options) *Result {
@@ -287,7 +287,7 @@ func TestCheckShadow(t *testing.T) {
 	rec := func(off int, id, verdict string) *kgo.Record {
 		h := []kgo.RecordHeader{{Key: clickstream.IDHeader, Value: []byte(id)}, {Key: clickstream.SourceHeader, Value: fmt.Appendf(nil, "clicks/0/%d", off)}}
 		if verdict != "" {
-			h = append(h, kgo.RecordHeader{Key: record.VerdictHeader, Value: []byte(verdict)})
+			h = append(h, kgo.RecordHeader{Key: event.VerdictHeader, Value: []byte(verdict)})
 		}
 		return &kgo.Record{Headers: h}
 	}

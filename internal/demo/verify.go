@@ -10,7 +10,7 @@ import (
 	"dedupe-worker/config"
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/clickstream"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // input is one produced event as the ground truth knows it.
@@ -262,14 +262,14 @@ func checkShadow(tr *truth, out []*kgo.Record, decided []bloom.Recorded) ShadowC
 	}
 	seen := make([]bool, len(tr.inputs))
 	for _, r := range out {
-		v, marked := record.ParseVerdict([]byte(clickstream.Header(r, record.VerdictHeader)))
-		undeduplicated := clickstream.Header(r, record.UndeduplicatedHeader) != ""
-		if !marked || v == record.First {
+		v, marked := event.ParseVerdict([]byte(clickstream.Header(r, event.VerdictHeader)))
+		undeduplicated := clickstream.Header(r, event.UndeduplicatedHeader) != ""
+		if !marked || v == event.First {
 			// Unmarked ones are checked with what drop mode forwards, so
 			// that whatever they are is counted there too.
 			c.first = append(c.first, r)
 		}
-		src, ok := record.ParseSource([]byte(clickstream.Header(r, clickstream.SourceHeader)))
+		src, ok := event.ParseSource([]byte(clickstream.Header(r, clickstream.SourceHeader)))
 		i, known := at[[2]int64{int64(src.Partition), src.Offset}]
 		if !ok || !known || seen[i] {
 			continue // not an input (the check of the first ones counts it), or a replay
@@ -284,7 +284,7 @@ func checkShadow(tr *truth, out []*kgo.Record, decided []bloom.Recorded) ShadowC
 			c.Undeduplicated++
 		case !marked:
 			c.Unmarked++
-		case v == record.First:
+		case v == event.First:
 			c.MarkedFirst++
 			if decided[i] != bloom.RecordedForward {
 				c.Disagree++

@@ -31,7 +31,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"dedupe-worker/internal/clickstream"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 	"dedupe-worker/internal/redisproc"
 	"dedupe-worker/internal/syncbuf"
 	"dedupe-worker/internal/testenv"
@@ -757,13 +757,13 @@ func uncheckedPasses(out []*kgo.Record) uncheckedCount {
 	sources := map[string]map[string]bool{}
 	explained, bySource, uncheckedSource := map[string]bool{}, map[string]int{}, map[string]bool{}
 	for _, rec := range out {
-		id, src := clickstream.Header(rec, record.IDHeader), clickstream.Header(rec, record.SourceHeader)
+		id, src := clickstream.Header(rec, event.IDHeader), clickstream.Header(rec, event.SourceHeader)
 		if sources[id] == nil {
 			sources[id] = map[string]bool{}
 		}
 		sources[id][src] = true
 		bySource[src]++
-		if clickstream.Header(rec, record.VerdictHeader) == record.Unchecked {
+		if clickstream.Header(rec, event.VerdictHeader) == event.Unchecked {
 			c.unchecked++
 			explained[id], uncheckedSource[src] = true, true
 		}
@@ -775,8 +775,8 @@ func uncheckedPasses(out []*kgo.Record) uncheckedCount {
 	}
 	places := map[string][]string{}
 	for _, rec := range out {
-		if src := clickstream.Header(rec, record.SourceHeader); bySource[src] > 1 && (len(places) < 3 || places[src] != nil) {
-			places[src] = append(places[src], fmt.Sprintf("%s at %d/%d", clickstream.Header(rec, record.VerdictHeader), rec.Partition, rec.Offset))
+		if src := clickstream.Header(rec, event.SourceHeader); bySource[src] > 1 && (len(places) < 3 || places[src] != nil) {
+			places[src] = append(places[src], fmt.Sprintf("%s at %d/%d", clickstream.Header(rec, event.VerdictHeader), rec.Partition, rec.Offset))
 		}
 	}
 	for src, p := range places {
@@ -803,19 +803,19 @@ func checkDuplicates(t *testing.T, name string, tr clickstream.Truth, out, dups 
 	t.Helper()
 	forwardedIDs, forwardedSources := map[string]bool{}, map[string]bool{}
 	for _, rec := range out {
-		forwardedIDs[clickstream.Header(rec, record.IDHeader)] = true
-		forwardedSources[clickstream.Header(rec, record.SourceHeader)] = true
+		forwardedIDs[clickstream.Header(rec, event.IDHeader)] = true
+		forwardedSources[clickstream.Header(rec, event.SourceHeader)] = true
 	}
 	sources := map[string]bool{}
 	for _, rec := range dups {
-		src := clickstream.Header(rec, record.SourceHeader)
+		src := clickstream.Header(rec, event.SourceHeader)
 		sources[src] = true
 		switch {
 		case forwardedSources[src]:
 			t.Errorf("%s: %s is both forwarded and in the duplicates topic", name, src)
-		case !forwardedIDs[clickstream.Header(rec, record.IDHeader)]:
+		case !forwardedIDs[clickstream.Header(rec, event.IDHeader)]:
 			t.Errorf("%s: the copy %s has an ID never forwarded", name, src)
-		case clickstream.Header(rec, record.VerdictHeader) != "duplicate":
+		case clickstream.Header(rec, event.VerdictHeader) != "duplicate":
 			t.Errorf("%s: the copy %s has no dedupe-verdict: duplicate", name, src)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"dedupe-worker/internal/clickstream"
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // exited waits up to limit for worker i to exit by itself, and returns its
@@ -92,7 +92,7 @@ func TestRefusedRecord(t *testing.T) {
 	})
 	tooLarge := 0
 	for _, rec := range r.k.Read(dlqTopic) {
-		if record.ParseReason(clickstream.Header(rec, record.ReasonHeader)) == record.TooLarge {
+		if event.ParseReason(clickstream.Header(rec, event.ReasonHeader)) == event.TooLarge {
 			tooLarge++
 		}
 	}

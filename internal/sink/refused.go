@@ -23,24 +23,24 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 )
 
 // Rejection is a message the topic refused for its content. It is an
 // error too: the broker's answer, which says the dead-letter reason of the
-// message (record.ReasonOf).
+// message (event.ReasonOf).
 type Rejection struct {
 	// Index is the message's position in the slice given to Write.
 	Index int
-	// Reason is the message's dead-letter reason: record.TooLarge when
+	// Reason is the message's dead-letter reason: event.TooLarge when
 	// the message alone is larger than the topic accepts
 	// (MESSAGE_TOO_LARGE: its max.message.bytes; RECORD_LIST_TOO_LARGE: its
 	// segment.bytes) or than MaxBatchBytes, in which case it is not sent;
-	// record.Refused when the broker finds the message alone invalid:
+	// event.Refused when the broker finds the message alone invalid:
 	// INVALID_RECORD (for example no key on a compacted topic),
 	// INVALID_TIMESTAMP (a timestamp outside the topic's
 	// message.timestamp bounds), or CORRUPT_MESSAGE three times in a row.
-	Reason record.Reason
+	Reason event.Reason
 	// Err is the broker's answer to the message sent alone (a kafka.Error
 	// inside, e.g. kafka.MessageSizeTooLarge), or, for a message larger
 	// than MaxBatchBytes, kafka.MessageSizeTooLarge with its size.
@@ -53,8 +53,8 @@ func (r Rejection) Error() string { return r.Err.Error() }
 // Unwrap is Err.
 func (r Rejection) Unwrap() error { return r.Err }
 
-// DeadLetterReason is Reason: record.ReasonOf finds it in an error.
-func (r Rejection) DeadLetterReason() record.Reason { return r.Reason }
+// DeadLetterReason is Reason: event.ReasonOf finds it in an error.
+func (r Rejection) DeadLetterReason() event.Reason { return r.Reason }
 
 // ErrRejected is inside the error of a Write that had messages rejected
 // (WriteError.Rejected).
@@ -158,9 +158,9 @@ type outcome uint8
 const (
 	acked     outcome = iota
 	retryable         // try again until the deadline
-	tooLarge          // refused for its content: split, or reject as record.TooLarge
-	invalid           // refused for its content: split, or reject as record.Refused
-	corrupt           // CORRUPT_MESSAGE: split, or reject as record.Refused after corruptTries
+	tooLarge          // refused for its content: split, or reject as event.TooLarge
+	invalid           // refused for its content: split, or reject as event.Refused
+	corrupt           // CORRUPT_MESSAGE: split, or reject as event.Refused after corruptTries
 	permanent         // stop at once
 )
 

@@ -13,15 +13,15 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
+	"dedupe-worker/internal/event"
 	"dedupe-worker/internal/kafkaconn"
 	"dedupe-worker/internal/logs"
-	"dedupe-worker/internal/record"
 )
 
 // MaxBatchBytes bounds a produce request per partition, which is one
 // record batch: a broker refuses batches above its message.max.bytes
 // (1048588 by default). Write rejects a message larger than this, as
-// kafka-go measures it, without sending it (record.TooLarge).
+// kafka-go measures it, without sending it (event.TooLarge).
 const MaxBatchBytes = 1_040_000
 
 // The defaults of Config.
@@ -126,17 +126,17 @@ func (w *Writer) Close() error {
 func (w *Writer) Topic() string { return w.topic }
 
 // MaxMessageBytes is the largest message Write sends, MaxBatchBytes, as
-// kafka-go measures it; Write rejects a larger one (record.TooLarge).
+// kafka-go measures it; Write rejects a larger one (event.TooLarge).
 func (w *Writer) MaxMessageBytes() int { return MaxBatchBytes }
 
 // partitionOf is the output partition of m among n: that of its source
 // modulo n, or 0 for a message without a dedupe-source.
 func partitionOf(m *kafka.Message, n int) int {
 	for _, h := range m.Headers {
-		if h.Key != record.SourceHeader {
+		if h.Key != event.SourceHeader {
 			continue
 		}
-		if p, ok := record.SourcePartition(h.Value); ok {
+		if p, ok := event.SourcePartition(h.Value); ok {
 			return p % n
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
-	"dedupe-worker/internal/record"
+	"dedupe-worker/internal/event"
 	"dedupe-worker/internal/retry"
 )
 
@@ -90,7 +90,7 @@ func (w *Writer) Write(ctx context.Context, msgs []kafka.Message) error {
 	s := &send{w: w, msgs: msgs, done: make([]bool, len(msgs))}
 	for i := range msgs {
 		if n := recordSize(&msgs[i]); n > MaxBatchBytes {
-			s.reject(i, record.TooLarge, fmt.Errorf("%w: %d bytes, more than the writer's limit of %d; not sent", kafka.MessageSizeTooLarge, n, MaxBatchBytes))
+			s.reject(i, event.TooLarge, fmt.Errorf("%w: %d bytes, more than the writer's limit of %d; not sent", kafka.MessageSizeTooLarge, n, MaxBatchBytes))
 			continue
 		}
 		s.next = append(s.next, i)
@@ -189,7 +189,7 @@ func (s *send) round(ctx context.Context) error {
 func (s *send) refusedAlone(i int, err error) (again bool) {
 	switch classify(err) {
 	case tooLarge:
-		s.reject(i, record.TooLarge, err)
+		s.reject(i, event.TooLarge, err)
 	case corrupt:
 		if s.corrupt == nil {
 			s.corrupt = map[int]int{}
@@ -199,19 +199,19 @@ func (s *send) refusedAlone(i int, err error) (again bool) {
 			s.next = append(s.next, i)
 			return true
 		}
-		s.reject(i, record.Refused, err)
+		s.reject(i, event.Refused, err)
 	default:
-		s.reject(i, record.Refused, err)
+		s.reject(i, event.Refused, err)
 	}
 	return false
 }
 
-func (s *send) reject(i int, r record.Reason, err error) {
+func (s *send) reject(i int, r event.Reason, err error) {
 	s.done[i] = true
 	s.rejected = append(s.rejected, Rejection{Index: i, Reason: r, Err: err})
 	m := &s.msgs[i]
 	s.w.sampled.Warn("the topic refused a message for its content; it is not written", zap.Int("index", i),
-		zap.Stringer("reason", r), zap.ByteString("source", header(m, record.SourceHeader)), zap.Int("bytes", recordSize(m)), zap.Error(err))
+		zap.Stringer("reason", r), zap.ByteString("source", header(m, event.SourceHeader)), zap.Int("bytes", recordSize(m)), zap.Error(err))
 }
 
 // result is Write's answer once retrying ended with err.

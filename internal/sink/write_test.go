@@ -20,8 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	kgoplain "github.com/twmb/franz-go/pkg/sasl/plain"
 
+	"dedupe-worker/internal/event"
 	"dedupe-worker/internal/kafkaconn"
-	"dedupe-worker/internal/record"
 	"dedupe-worker/internal/sink"
 	"dedupe-worker/internal/testenv"
 )
@@ -35,7 +35,7 @@ func sourced(n, partitions, size int) []kafka.Message {
 	for i := range msgs {
 		p := i % partitions
 		msgs[i] = kafka.Message{Key: []byte(fmt.Sprintf("m-%d", i)), Value: bytes.Repeat([]byte{'v'}, size),
-			Headers: []kafka.Header{{Key: record.SourceHeader, Value: record.Source{Topic: "in", Partition: int32(p), Offset: int64(i)}.Append(nil)}}}
+			Headers: []kafka.Header{{Key: event.SourceHeader, Value: event.Source{Topic: "in", Partition: int32(p), Offset: int64(i)}.Append(nil)}}}
 	}
 	return msgs
 }
@@ -57,14 +57,14 @@ func copies(t *testing.T, k *testenv.Kafka, topic string, msgs []kafka.Message) 
 		}
 		var src []byte
 		for _, h := range r.Headers {
-			if h.Key == record.SourceHeader {
+			if h.Key == event.SourceHeader {
 				src = h.Value
 			}
 		}
 		if !bytes.Equal(src, m.Headers[0].Value) {
 			t.Fatalf("record %q has dedupe-source %q, want %q", r.Key, src, m.Headers[0].Value)
 		}
-		s, _ := record.ParseSource(src)
+		s, _ := event.ParseSource(src)
 		if int(r.Partition) != int(s.Partition)%partitionsOf(t, k, topic) {
 			t.Fatalf("record %q on partition %d, source %s", r.Key, r.Partition, src)
 		}
@@ -411,9 +411,9 @@ func TestRefusedForContent(t *testing.T) {
 		// size of message i; the big ones are refused.
 		size    func(i int) int
 		refused []int
-		reason  record.Reason
+		reason  event.Reason
 		// deadLetter is the reason of their dead letters.
-		deadLetter record.Reason
+		deadLetter event.Reason
 		code       error
 		// fault, if set, makes the broker refuse, with code, the batches that
 		// hold message i's key.
@@ -425,7 +425,7 @@ func TestRefusedForContent(t *testing.T) {
 				return 2 * limit
 			}
 			return 100
-		}, refused: []int{37}, reason: record.TooLarge, deadLetter: record.TooLarge, code: kafka.MessageSizeTooLarge},
+		}, refused: []int{37}, reason: event.TooLarge, deadLetter: event.TooLarge, code: kafka.MessageSizeTooLarge},
 		{name: "two too large, one just under", size: func(i int) int {
 			switch i {
 			case 0, 299:
@@ -434,9 +434,9 @@ func TestRefusedForContent(t *testing.T) {
 				return limit - 200 // the batch header and the record's framing fit
 			}
 			return 100
-		}, refused: []int{0, 299}, reason: record.TooLarge, deadLetter: record.TooLarge, code: kafka.MessageSizeTooLarge},
-		{name: "INVALID_RECORD", size: func(int) int { return 100 }, refused: []int{201}, reason: record.Refused, deadLetter: record.Refused, code: kafka.InvalidRecord, fault: kerr.InvalidRecord},
-		{name: "CORRUPT_MESSAGE", size: func(int) int { return 100 }, refused: []int{5}, reason: record.Refused, deadLetter: record.Refused, code: kafka.InvalidMessage, fault: kerr.CorruptMessage},
+		}, refused: []int{0, 299}, reason: event.TooLarge, deadLetter: event.TooLarge, code: kafka.MessageSizeTooLarge},
+		{name: "INVALID_RECORD", size: func(int) int { return 100 }, refused: []int{201}, reason: event.Refused, deadLetter: event.Refused, code: kafka.InvalidRecord, fault: kerr.InvalidRecord},
+		{name: "CORRUPT_MESSAGE", size: func(int) int { return 100 }, refused: []int{5}, reason: event.Refused, deadLetter: event.Refused, code: kafka.InvalidMessage, fault: kerr.CorruptMessage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := testenv.StartKafka(t, nil)
@@ -493,7 +493,7 @@ func TestRefusedForContent(t *testing.T) {
 				var refused []int
 				for i, rerr := range we.Refused() {
 					refused = append(refused, i)
-					if got := record.ReasonOf(rerr); got != tc.deadLetter || !errors.Is(rerr, tc.code) {
+					if got := event.ReasonOf(rerr); got != tc.deadLetter || !errors.Is(rerr, tc.code) {
 						t.Errorf("Refused: message %d, reason %v, %v; want %v with %v", i, got, rerr, tc.deadLetter, tc.code)
 					}
 				}
@@ -583,11 +583,11 @@ func TestLargerThanTheWriterLimit(t *testing.T) {
 	// kafka-go's count for a message with one header: crc, magic,
 	// attributes, timestamp (14), key and value with their int32 lengths,
 	// and the header count, key and value as varints with theirs.
-	fixed := 14 + 4 + len(msgs[0].Key) + 4 + 1 + 1 + len(record.SourceHeader) + 1 + len(msgs[0].Headers[0].Value)
+	fixed := 14 + 4 + len(msgs[0].Key) + 4 + 1 + 1 + len(event.SourceHeader) + 1 + len(msgs[0].Headers[0].Value)
 	msgs[0].Value = bytes.Repeat([]byte{'v'}, sink.MaxBatchBytes-fixed+1)
 	_, err := write(t, w, msgs)
 	var we *sink.WriteError
-	if !errors.As(err, &we) || we.Err != nil || len(we.Rejected) != 1 || we.Rejected[0].Index != 0 || we.Rejected[0].Reason != record.TooLarge {
+	if !errors.As(err, &we) || we.Err != nil || len(we.Rejected) != 1 || we.Rejected[0].Index != 0 || we.Rejected[0].Reason != event.TooLarge {
 		t.Fatalf("Write returned %v; want message 0 rejected TooLarge, the others written", err)
 	}
 	if count.total() != 1 {

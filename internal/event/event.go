@@ -1,10 +1,11 @@
-// Package record owns the format of what the worker writes: the headers it
-// adds to forwarded messages and dead letters, the source identity that
-// downstream counts deduplicate replays by, the dead-letter reasons, and
-// the verdicts shadow mode marks forwarded events with.
+// Package event owns the format of what the worker writes about each event:
+// the headers it adds to forwarded messages and dead letters, the source
+// identity (where the event was read) that downstream counts deduplicate
+// replays by and the engine keys its decision records by, the dead-letter
+// reasons, and the verdicts shadow mode marks forwarded events with.
 // The worker writes it; the output balancer, the demo, the tools and the
 // tests read it, all through this package.
-package record
+package event
 
 import (
 	"bytes"
