@@ -538,3 +538,16 @@ func TestUnknownVariable(t *testing.T) {
 		}
 	}
 }
+
+// shortDuration is d as the variables write it: 1m rather than 1m0s, 1h
+// rather than 1h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

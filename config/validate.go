@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"time"
 
 	"dedupe-worker/internal/bloom"
 	"dedupe-worker/internal/consumer"
@@ -186,17 +185,4 @@ func hasEmpty(xs []string) bool {
 		}
 	}
 	return false
-}
-
-// shortDuration is d as the variables write it: 1m rather than 1m0s, 1h
-// rather than 1h0m0s.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

@@ -88,7 +88,7 @@ func TestDashboardQueriesOnPrometheus(t *testing.T) {
 	var targets []string
 	for range 2 {
 		cfg := replicas.Config(pipeline, k.Addrs(), srv.Addr)
-		r := replicas.Start(t, cfg, app.Run, nil)
+		r := replicas.Start(t, cfg, replicas.Runs(app.New), nil)
 		defer r.Stop()
 		targets = append(targets, r.Config.HTTPAddr)
 	}

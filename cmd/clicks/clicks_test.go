@@ -89,7 +89,7 @@ func TestGenerateCount(t *testing.T) {
 	srv := testenv.Redis(t)
 	cfg := replicas.Config("clicks", brokers, srv.Addr)
 	cfg.IDField, cfg.TimeField, cfg.FalsePositiveRate = "click_id", "ts", 1e-9
-	worker := replicas.Start(t, cfg, app.Run, nil)
+	worker := replicas.Start(t, cfg, replicas.Runs(app.New), nil)
 	defer func() {
 		if err := worker.Stop(); err != nil {
 			t.Errorf("worker: %v", err)

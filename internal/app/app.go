@@ -281,16 +281,6 @@ func (w *Worker) close(srv *http.Server) error {
 	return errors.Join(werr, srv.Shutdown(closeCtx))
 }
 
-// Run builds the worker cfg describes (New) and runs it until ctx is
-// cancelled (Worker.Run).
-func Run(ctx context.Context, cfg config.Config, log *zap.Logger) error {
-	w, err := New(cfg, log)
-	if err != nil {
-		return err
-	}
-	return w.Run(ctx)
-}
-
 // producerOrNil is w as a consumer.Producer, nil (no producer) when w is.
 func producerOrNil(w *sink.Writer) consumer.Producer {
 	if w == nil {

@@ -14,6 +14,10 @@ import (
 	"dedupe-worker/internal/testenv/replicas"
 )
 
+// runWorker runs a worker as the dedupe-worker command does: New, then
+// Worker.Run.
+var runWorker = replicas.Runs(New)
+
 // The whole worker from its configuration: it becomes ready, forwards,
 // exports metrics, turns unready while Redis is stalled and ready again
 // after, and stops within its bound when cancelled.
@@ -22,7 +26,7 @@ func TestRunLifecycle(t *testing.T) {
 	srv := testenv.Redis(t)
 	cfg := replicas.Config("life", k.Addrs(), srv.Addr)
 	cfg.RedisTimeout = 300 * time.Millisecond
-	r := replicas.Start(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, runWorker, nil)
 	produce := func(from, to int) {
 		var recs []*kgo.Record
 		for i := from; i < to; i++ {

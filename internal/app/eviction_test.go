@@ -25,7 +25,7 @@ import (
 func TestStartRefusesEvictingPolicy(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"in": 1, "out": 1, "dlq": 1})
 	srv := testenv.Redis(t, "--maxmemory-policy", "volatile-lru")
-	r := replicas.Start(t, replicas.Config("evicting", k.Addrs(), srv.Addr), Run, nil)
+	r := replicas.Start(t, replicas.Config("evicting", k.Addrs(), srv.Addr), runWorker, nil)
 	err := r.Fails(60 * time.Second)
 	if !errors.Is(err, bloom.ErrEvictionPolicy) {
 		t.Fatalf("Run: %v; want ErrEvictionPolicy", err)
@@ -51,7 +51,7 @@ func TestEvictionPolicyChangedWhileRunning(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.Topics{"in": 2, "out": 2, "dlq": 1})
 	srv := testenv.Redis(t)
 	admin := testenv.RedisClient(t, srv)
-	r := replicas.Start(t, replicas.Config("policy", k.Addrs(), srv.Addr), Run, nil)
+	r := replicas.Start(t, replicas.Config("policy", k.Addrs(), srv.Addr), runWorker, nil)
 	const limit = 75 * time.Second // two maintenance passes, on a slow machine
 	safe := func(v float64) func() bool {
 		return func() bool {
@@ -97,7 +97,7 @@ func TestOutOfMemoryUnderNoeviction(t *testing.T) {
 	admin := testenv.RedisClient(t, srv)
 	cfg := replicas.Config("oom", k.Addrs(), srv.Addr)
 	cfg.ExpectedPerWindow = 10_000 // nine windows live fit in 4 MB with room
-	r := replicas.Start(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, runWorker, nil)
 	const limit = 60 * time.Second
 	verdict := func(m testenv.Metrics, v bloom.Verdict) float64 {
 		return m.Value("dedupe_verdicts_total", "verdict", v.String())

@@ -28,7 +28,7 @@ func TestNineTimesThePlan(t *testing.T) {
 		cfg := replicas.Config(pipeline, k.Addrs(), srv.Addr)
 		cfg.IDField, cfg.TimeField, cfg.OutputTopic = "click_id", "ts", out
 		cfg.ExpectedPerWindow, cfg.MaxGrowth = int64(len(tr.Valid)/9), growth
-		r := replicas.Start(t, cfg, Run, nil)
+		r := replicas.Start(t, cfg, runWorker, nil)
 		settle(t, len(recs), r)
 		return clickstream.Check(tr, k.Read(out), nil), r
 	}
@@ -87,9 +87,9 @@ func TestSpikeAboveThePlan(t *testing.T) {
 			cfg.ExpectedPerWindow, cfg.MaxGrowth, cfg.FalsePositiveRate = c.expected, 64, 1e-9
 			cfg.BatchSize = config.Defaults().BatchSize
 			start := time.Now()
-			a := replicas.Start(t, cfg, Run, log)
+			a := replicas.Start(t, cfg, runWorker, log)
 			cfg.HTTPAddr = redisproc.FreeAddr()
-			b := replicas.Start(t, cfg, Run, log)
+			b := replicas.Start(t, cfg, runWorker, log)
 			settle(t, len(recs), a, b)
 			took := time.Since(start)
 

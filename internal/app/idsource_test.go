@@ -142,7 +142,7 @@ func runSourceCase(t *testing.T, k *testenv.Kafka, redisAddr string, tc sourceCa
 	cfg := replicas.Config("src-"+tc.name, k.Addrs(), redisAddr)
 	cfg.InputTopic, cfg.OutputTopic, cfg.DLQTopic = in, out, dlq
 	cfg.IDFrom, cfg.IDField, cfg.IDHeader, cfg.TimeField, cfg.TimeHeader = tc.from, tc.field, tc.idHeader, tc.timeField, tc.timeHeader
-	r := replicas.Start(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, runWorker, nil)
 	k.Produce(in, tc.recs...)
 
 	var dups, firsts int

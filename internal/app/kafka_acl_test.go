@@ -291,7 +291,7 @@ func TestRunUnderTheDocumentedKafkaACLs(t *testing.T) {
 	cfg := aclConfig(k, srv.Addr, pass)
 	logs, logger := newCapture(t)
 	start := time.Now()
-	r := replicas.Start(t, cfg, Run, logger)
+	r := replicas.Start(t, cfg, runWorker, logger)
 	endToEnd(t, k, r)
 	// The 10 copies dropped, each once, unchanged, marked.
 	dups := k.Read(aclDuplicatesTopic)
@@ -445,7 +445,7 @@ func TestRunWithoutEachKafkaRight(t *testing.T) {
 			logs, logger := newCapture(t)
 
 			start := time.Now()
-			r := replicas.Start(t, cfg, Run, logger)
+			r := replicas.Start(t, cfg, runWorker, logger)
 			wasReady := false
 			if !testenv.Until(failBound, func() bool {
 				select {
@@ -486,7 +486,7 @@ func TestRunWithoutEachKafkaRight(t *testing.T) {
 			// The right given back, a new worker finishes the job.
 			k.AddACL(missing.acl("User:" + aclWorkerUser))
 			cfg.HTTPAddr = redisproc.FreeAddr()
-			r2 := replicas.Start(t, cfg, Run, logger)
+			r2 := replicas.Start(t, cfg, runWorker, logger)
 			decided := testenv.Until(30*time.Second, func() bool {
 				return clickstream.DistinctSources(k.Read(cfg.OutputTopic)) >= len(tr.Valid) &&
 					clickstream.DistinctSources(k.Read(cfg.DLQTopic)) >= tr.Malformed

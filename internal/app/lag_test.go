@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -375,7 +374,7 @@ func TestStartAtLatest(t *testing.T) {
 	k.Produce("in", clicks("old", 200, now.Add(-time.Minute), time.Millisecond)...)
 	cfg := replicas.Config("latest", k.Addrs(), testenv.Redis(t).Addr)
 	cfg.TimeField, cfg.StartOffset = "ts", "latest"
-	r := replicas.Start(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, runWorker, nil)
 	cl, err := kgo.NewClient(k.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)
@@ -400,12 +399,6 @@ func TestStartAtLatest(t *testing.T) {
 // decisions that depend on the present (late events, the start offset
 // given as a duration, the event-time lag): to play an outage. Keep now
 // near the real clock, which Redis expires keys by.
-func runAt(now func() time.Time) func(context.Context, config.Config, *zap.Logger) error {
-	return func(ctx context.Context, cfg config.Config, log *zap.Logger) error {
-		w, err := newAt(cfg, log, now)
-		if err != nil {
-			return err
-		}
-		return w.Run(ctx)
-	}
+func runAt(now func() time.Time) replicas.RunFunc {
+	return replicas.Runs(func(cfg config.Config, log *zap.Logger) (*Worker, error) { return newAt(cfg, log, now) })
 }

@@ -31,7 +31,7 @@ func TestOutputRefusesLargeEvents(t *testing.T) {
 	k.Produce("in", recs...)
 	cfg := replicas.Config("refused", k.Addrs(), srv.Addr)
 	cfg.IDField, cfg.TimeField = "click_id", "ts"
-	r := replicas.Start(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, runWorker, nil)
 	want := len(tr.Valid) - 1 // "big" is refused
 	var nout, ndead int
 	ok := testenv.Until(30*time.Second, func() bool {
@@ -96,7 +96,7 @@ func TestDeadLetterRefusedStopsTheWorker(t *testing.T) {
 	}})
 	cfg := replicas.Config("dlqrefused", k.Addrs(), srv.Addr)
 	cfg.IDField, cfg.TimeField = "click_id", "ts"
-	r := replicas.Start(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, runWorker, nil)
 	select {
 	case <-r.Done():
 	case <-time.After(time.Minute):
@@ -127,7 +127,7 @@ func TestHugeIDRefusedByBothTopics(t *testing.T) {
 	k.Produce("in", recs...)
 	cfg := replicas.Config("hugeid", k.Addrs(), srv.Addr)
 	cfg.IDField, cfg.TimeField = "click_id", "ts"
-	r := replicas.Start(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, runWorker, nil)
 	ok := testenv.Until(30*time.Second, func() bool {
 		return clickstream.DistinctSources(k.Read("out")) >= 2 && len(k.Read("dlq")) >= 1
 	})

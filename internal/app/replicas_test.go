@@ -27,7 +27,7 @@ func TestTwoReplicasEndToEnd(t *testing.T) {
 		c := replicas.Config("e2e", k.Addrs(), srv.Addr)
 		c.IDField, c.TimeField = "click_id", "ts"
 		c.BatchSize, c.BatchLinger = 500, 50*time.Millisecond
-		return replicas.Start(t, c, Run, nil)
+		return replicas.Start(t, c, runWorker, nil)
 	}
 	forwarded := func(r *replicas.Replica) float64 { return r.Metrics().Value("dedupe_events_forwarded_total") }
 	a, b := start(), start()

@@ -189,7 +189,7 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	cfg.RedisTLSCAFile, cfg.RedisTLSCertFile, cfg.RedisTLSKeyFile = certs.CAFile, certs.ClientCertFile, certs.ClientKeyFile
 
 	start := time.Now()
-	r := replicas.Start(t, cfg, Run, logger)
+	r := replicas.Start(t, cfg, runWorker, logger)
 	endToEnd(t, k, r)
 	_, metrics := r.Get("/metrics")
 	if err := r.Stop(); err != nil {
@@ -215,7 +215,7 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	wrongKafka := cfg
 	wrongKafka.HTTPAddr = redisproc.FreeAddr()
 	wrongKafka.KafkaSASLPassword = config.Secret(kafkaPass + "x")
-	err = replicas.Start(t, wrongKafka, Run, logger).Fails(10 * time.Second)
+	err = replicas.Start(t, wrongKafka, runWorker, logger).Fails(10 * time.Second)
 	logger.Error("exiting", zap.Error(err)) // as the binary does
 	t.Logf("wrong Kafka password: %v", err)
 	for _, name := range []string{"DEDUPE_KAFKA_SASL_USERNAME", "DEDUPE_KAFKA_SASL_PASSWORD"} {
@@ -228,7 +228,7 @@ func TestRunSecuredPlainAndPasswordsNeverShown(t *testing.T) {
 	wrongRedis := cfg
 	wrongRedis.HTTPAddr = redisproc.FreeAddr()
 	wrongRedis.RedisPassword = config.Secret(redisPass + "x")
-	err = replicas.Start(t, wrongRedis, Run, logger).Fails(10 * time.Second)
+	err = replicas.Start(t, wrongRedis, runWorker, logger).Fails(10 * time.Second)
 	logger.Error("exiting", zap.Error(err))
 	t.Logf("wrong Redis password: %v", err)
 	for _, name := range []string{"DEDUPE_REDIS_USERNAME", "DEDUPE_REDIS_PASSWORD"} {
@@ -289,7 +289,7 @@ func TestRunSecuredSCRAM(t *testing.T) {
 			wrong := cfg
 			wrong.HTTPAddr = redisproc.FreeAddr()
 			wrong.KafkaSASLPassword = "not-" + config.Secret(kafkaPass)
-			err := replicas.Start(t, wrong, Run, nil).Fails(10 * time.Second)
+			err := replicas.Start(t, wrong, runWorker, nil).Fails(10 * time.Second)
 			t.Logf("wrong password: %v", err)
 			if !strings.Contains(err.Error(), "DEDUPE_KAFKA_SASL_PASSWORD") || strings.Contains(err.Error(), kafkaPass) {
 				t.Errorf("wrong password: %v", err)
@@ -344,7 +344,7 @@ func TestRunRefusedCertificates(t *testing.T) {
 			cfg.RedisTimeout = 500 * time.Millisecond
 			tc.set(&cfg)
 			logs, logger := newCapture(t)
-			r := replicas.Start(t, cfg, Run, logger)
+			r := replicas.Start(t, cfg, runWorker, logger)
 			if tc.fatal {
 				err := r.Fails(10 * time.Second)
 				t.Logf("%v", err)
@@ -386,7 +386,7 @@ func TestRunRedisClusterACLTLS(t *testing.T) {
 func runToEnd(t *testing.T, k *testenv.Kafka, cfg config.Config) {
 	t.Helper()
 	start := time.Now()
-	r := replicas.Start(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, runWorker, nil)
 	endToEnd(t, k, r)
 	if err := r.Stop(); err != nil {
 		t.Fatalf("Run: %v", err)

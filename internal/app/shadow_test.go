@@ -73,8 +73,8 @@ func TestShadowMarksWhatDropDrops(t *testing.T) {
 		cfg.TimeField, cfg.LatePolicy, cfg.Mode = "ts", config.LateDeadLetter, mode
 		return cfg
 	}
-	drop := replicas.Start(t, modeConfig("drop", config.ModeDrop), Run, nil)
-	shadow := replicas.Start(t, modeConfig("shadow", config.ModeShadow), Run, nil)
+	drop := replicas.Start(t, modeConfig("drop", config.ModeDrop), runWorker, nil)
+	shadow := replicas.Start(t, modeConfig("shadow", config.ModeShadow), runWorker, nil)
 	k.Produce("in", recs...)
 
 	n := float64(len(recs))
@@ -183,7 +183,7 @@ func TestShadowMarksWhatDropDrops(t *testing.T) {
 	if err := shadow.Stop(); err != nil {
 		t.Fatalf("stopping shadow: %v", err)
 	}
-	switched := replicas.Start(t, modeConfig("shadow", config.ModeDrop), Run, nil)
+	switched := replicas.Start(t, modeConfig("shadow", config.ModeDrop), runWorker, nil)
 	var again []*kgo.Record
 	for id := range firstOf {
 		again = append(again, &kgo.Record{Key: []byte(id), Value: fmt.Appendf(nil, `{"id":%q,"ts":%d}`, id, time.Now().UnixMilli())})

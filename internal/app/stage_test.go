@@ -43,7 +43,7 @@ func TestDeadStageStopsTheWorker(t *testing.T) {
 	if err := f.Preallocate(t.Context(), time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	r := replicas.Start(t, cfg, Run, nil)
+	r := replicas.Start(t, cfg, runWorker, nil)
 	// The failure ends the run within the reader's close bound and the
 	// clients' (the calls it cancels return at once).
 	const limit = 30 * time.Second
@@ -78,7 +78,7 @@ func TestDeadStageStopsTheWorker(t *testing.T) {
 	// committed), replays the recorded decisions and forwards the rest.
 	refusal.Stop()
 	cfg.HTTPAddr = replicas.Config("stage", k.Addrs(), srv.Addr).HTTPAddr
-	r2 := replicas.Start(t, cfg, Run, nil)
+	r2 := replicas.Start(t, cfg, runWorker, nil)
 	decided := testenv.Until(60*time.Second, func() bool {
 		return clickstream.DistinctSources(k.Read("out")) >= len(tr.Valid) && clickstream.DistinctSources(k.Read("dlq")) >= tr.Malformed
 	})

@@ -23,47 +23,30 @@ const (
 )
 
 // CheckBatchSize refuses a BatchSize out of 1 to MaxBatchSize.
-func CheckBatchSize(n int) error {
-	if n < 1 || n > MaxBatchSize {
-		return fmt.Errorf("batch size %d: want 1 to %d", n, MaxBatchSize)
-	}
-	return nil
-}
+func CheckBatchSize(n int) error { return inRange("batch size", n, 1, MaxBatchSize) }
 
 // CheckBatchLinger refuses a BatchLinger out of MinBatchLinger to
 // MaxBatchLinger.
 func CheckBatchLinger(d time.Duration) error {
-	if d < MinBatchLinger || d > MaxBatchLinger {
-		return fmt.Errorf("batch linger %v: want %v to %v", d, MinBatchLinger, MaxBatchLinger)
-	}
-	return nil
+	return inRange("batch linger", d, MinBatchLinger, MaxBatchLinger)
 }
 
 // CheckKafkaTimeout refuses a Kafka.Timeout out of MinKafkaTimeout to
 // MaxKafkaTimeout.
 func CheckKafkaTimeout(d time.Duration) error {
-	if d < MinKafkaTimeout || d > MaxKafkaTimeout {
-		return fmt.Errorf("Kafka timeout %v: want %v to %v", d, MinKafkaTimeout, MaxKafkaTimeout)
-	}
-	return nil
+	return inRange("Kafka timeout", d, MinKafkaTimeout, MaxKafkaTimeout)
 }
 
 // CheckSessionTimeout refuses a SessionTimeout out of MinSessionTimeout
 // to MaxSessionTimeout.
 func CheckSessionTimeout(d time.Duration) error {
-	if d < MinSessionTimeout || d > MaxSessionTimeout {
-		return fmt.Errorf("session timeout %v: want %v to %v", d, MinSessionTimeout, MaxSessionTimeout)
-	}
-	return nil
+	return inRange("session timeout", d, MinSessionTimeout, MaxSessionTimeout)
 }
 
 // CheckShutdownTimeout refuses a ShutdownTimeout out of
 // MinShutdownTimeout to MaxShutdownTimeout.
 func CheckShutdownTimeout(d time.Duration) error {
-	if d < MinShutdownTimeout || d > MaxShutdownTimeout {
-		return fmt.Errorf("shutdown timeout %v: want %v to %v", d, MinShutdownTimeout, MaxShutdownTimeout)
-	}
-	return nil
+	return inRange("shutdown timeout", d, MinShutdownTimeout, MaxShutdownTimeout)
 }
 
 // CheckFailOpenAfter refuses a FailOpenAfter other than 0 (off) or
@@ -80,6 +63,14 @@ func CheckFailOpenAfter(d time.Duration) error {
 func CheckHandoffWait(d time.Duration) error {
 	if d < 0 || d > MaxHandoffWait {
 		return fmt.Errorf("hand-off wait %v: want 0 (no wait) to %v", d, MaxHandoffWait)
+	}
+	return nil
+}
+
+// inRange refuses v out of lo to hi, naming it what.
+func inRange[T int | time.Duration](what string, v, lo, hi T) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("%s %v: want %v to %v", what, v, lo, hi)
 	}
 	return nil
 }

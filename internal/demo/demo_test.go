@@ -300,3 +300,10 @@ func TestCheckShadow(t *testing.T) {
 		t.Fatalf("%+v (%d first): want 4 forwarded, 1 first, 2 duplicate, 1 unmarked, 1 disagreeing, 1 missing, 2 checked as first", c, len(c.first))
 	}
 }
+
+// within reports whether observed is within a generous statistical bound
+// of a count with this mean and variance: six standard deviations, plus 5%
+// of the mean for the approximations of the model, plus 3.
+func within(observed int, mean, variance float64) bool {
+	return math.Abs(float64(observed)-mean) <= 6*math.Sqrt(variance)+0.05*mean+3
+}

@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"math"
 	"slices"
 	"time"
 
@@ -224,13 +223,6 @@ func expectedFalsePositives(plan bloom.Plan, rolling bool, perBucket map[int64]i
 		}
 	}
 	return mean, variance
-}
-
-// within reports whether observed is within a generous statistical bound
-// of a count with this mean and variance: six standard deviations, plus 5%
-// of the mean for the approximations of the model, plus 3.
-func within(observed int, mean, variance float64) bool {
-	return math.Abs(float64(observed)-mean) <= 6*math.Sqrt(variance)+0.05*mean+3
 }
 
 // ShadowCheck is what the verifier found of a shadow-mode run's output,

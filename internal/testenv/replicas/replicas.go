@@ -18,8 +18,21 @@ import (
 	"dedupe-worker/internal/testenv"
 )
 
-// RunFunc runs a whole worker until ctx ends: the application's Run.
+// RunFunc runs a whole worker until ctx ends: Runs(app.New).
 type RunFunc func(ctx context.Context, cfg config.Config, log *zap.Logger) error
+
+// Runs is the RunFunc of a worker built by build, app.New, then run: a
+// test hands it in because this package cannot import app (app's own
+// tests use it).
+func Runs[W interface{ Run(context.Context) error }](build func(config.Config, *zap.Logger) (W, error)) RunFunc {
+	return func(ctx context.Context, cfg config.Config, log *zap.Logger) error {
+		w, err := build(cfg, log)
+		if err != nil {
+			return err
+		}
+		return w.Run(ctx)
+	}
+}
 
 // stopSlack is what a replica may take beyond its ShutdownTimeout to
 // return after its context ends: closing clients and the HTTP server.
