@@ -110,12 +110,12 @@ func (v Verdict) Forward() bool {
 	return v != Duplicate && v != ReplayedDuplicate && v != ReplayedDelivered
 }
 
-// Record is v as the output labels it (event.VerdictHeader, and the
+// Label is v as the output labels it (event.VerdictHeader, and the
 // verdict label of dedupe_partition_verdicts_total): event.First for a
 // verdict to forward, event.Duplicate for one to drop. The event format
 // keeps two values because a reader of the output needs no more; the
 // engine's verdicts say why.
-func (v Verdict) Record() event.Verdict {
+func (v Verdict) Label() event.Verdict {
 	if v.Forward() {
 		return event.First
 	}

@@ -154,7 +154,7 @@ func (w *Worker) route(b *buffers) *tally {
 				Headers: b.headers.with(m, id, kafka.Header{Key: event.UndeduplicatedHeader, Value: []byte(v.String())})})
 			continue
 		}
-		verdict := v.Record()
+		verdict := v.Label()
 		t.partitions.add(m.Partition, verdict)
 		switch {
 		case shadow:
